@@ -1,0 +1,229 @@
+"""``wuji-jax inspire``: joint angles (or landmarks, solved on the way) → a timestamped Inspire command stream.
+
+A thin layer over :mod:`wuji_jax.inspire`; the whole verb is, in Python::
+
+    cal = inspire.calibrate({...}) or inspire.default_calibration(hand)
+    cmd = inspire.to_inspire(angles, cal, hand)                         # (T, 6)
+    cmd, t = inspire.smooth(cmd, t, ...)                                # optional
+    cmd, t = inspire.limit_rate(cmd, t, speed_ratio)
+    inspire.write_command_stream(out, cmd, t, side, fmt)
+
+Register it on the main parser with ``add_inspire_command(subparsers)`` (it sets ``run=``, as the
+other verbs do). Examples::
+
+    wuji-jax inspire --angles take.npz --side left -o take.jsonl --speed-ratio 0.5 --smooth one_euro
+    wuji-jax inspire --angles glove.csv --degrees --fps 100 --format csv
+    wuji-jax inspire --landmarks take.npy -o take.csv --reference open=open.npy --reference fist=fist.npy
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["add_inspire_command", "run_inspire", "main"]
+
+_DEFAULT_FPS = 30.0
+
+
+def _usage_error(message: str) -> Exception:
+    # The main CLI reports its UsageError with exit status 2; imported late so that this module
+    # neither depends on nor circularly imports cli.py.
+    try:
+        from .cli import UsageError
+    except ImportError:
+        return ValueError(message)
+    return UsageError(message)
+
+
+def add_inspire_command(subparsers) -> argparse.ArgumentParser:
+    """Add the ``inspire`` verb to an ``argparse`` subparsers object; returns its parser."""
+    p = subparsers.add_parser(
+        "inspire",
+        help="joint angles or landmarks -> Inspire hand command stream (JSONL/CSV)",
+        description=(
+            "Convert WG110v12 joint angles (or MediaPipe landmarks, solved with wuji_jax.solve) into the "
+            "Inspire hand's six opening fractions (1 = open; motor order little, ring, middle, fore, "
+            "thumb bend, thumb rotation), rate-limited to the motors' speed, with timestamps. JSONL lines "
+            "carry the /inspire_hand/ctrl/<side>_hand JointState message and the RH56 0-1000 values."
+        ),
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--angles", metavar="FILE",
+                     help="joint angles (T, 20) or (20,): .npy, .npz (key 'angles', optional 'timestamps'), "
+                          ".csv/.txt (one frame per row); radians unless --degrees")
+    src.add_argument("--landmarks", metavar="FILE",
+                     help="MediaPipe landmarks (T, 21, 3) or (21, 3) in metres: .npy or .npz (key 'landmarks', "
+                          "optional 'timestamps'); solved to angles with wuji_jax.solve")
+    p.add_argument("--degrees", action="store_true",
+                   help="angles are in degrees (the glove's hand_joint_angles; converted without IK)")
+    p.add_argument("--side", choices=("left", "right"), default="right", help="which hand (default right)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help="output file (default '-': stdout)")
+    p.add_argument("--format", choices=("jsonl", "csv"), default=None,
+                   help="output format (default: from the output suffix, else jsonl)")
+    p.add_argument("--speed-ratio", type=float, default=1.0, metavar="R",
+                   help="motor speed ratio in (0, 1]; 1 = 0.8 s full travel. Commands never ask for faster "
+                        "travel (default 1)")
+    p.add_argument("--fps", type=float, default=None,
+                   help=f"frame rate for timestamps t = start + i/fps; overrides the file's timestamps "
+                        f"(default: the file's, else {_DEFAULT_FPS:g})")
+    p.add_argument("--start-time", type=float, default=0.0, metavar="S",
+                   help="seconds added to every timestamp (e.g. a ROS epoch time; default 0)")
+    p.add_argument("--smooth", choices=("none", "exponential", "one_euro"), default="none",
+                   help="temporal smoothing before rate limiting (default none)")
+    p.add_argument("--tau", type=float, default=0.05, help="exponential smoothing time constant, s (default 0.05)")
+    p.add_argument("--min-cutoff", type=float, default=1.0, help="one-euro cutoff at rest, Hz (default 1)")
+    p.add_argument("--beta", type=float, default=0.5, help="one-euro speed coefficient (default 0.5)")
+    cal = p.add_mutually_exclusive_group()
+    cal.add_argument("--calibration", metavar="FILE.json",
+                     help="calibration saved from wuji_jax.inspire.calibration_to_dict")
+    cal.add_argument("--reference", action="append", metavar="NAME=FILE",
+                     help="reference pose angles for calibration, NAME one of open, fist, thumb_opposed "
+                          "(repeat; open and fist required; same units as --degrees)")
+    p.add_argument("--names", choices=("ids", "words"), default="ids",
+                   help="JointState name[]: motor IDs '1'..'6' (default) or little, ring, ... thumb_rotation")
+    p.add_argument("--frame-id", default="", help="header frame_id of the JSONL messages (default empty)")
+    p.set_defaults(run=run_inspire)
+    return p
+
+
+def _load_array(path: str, key: str):
+    """``(array, timestamps or None)`` from .npy / .npz / text."""
+    import numpy as np
+
+    missing = None
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as z:
+                names = list(z.files)
+                if key in names or len(names) == 1:
+                    arr = z[key if key in names else names[0]]
+                    ts = next((z[k] for k in ("timestamps", "t") if k in names), None)
+                else:
+                    missing = names
+        elif path.endswith(".npy"):
+            arr, ts = np.load(path, allow_pickle=False), None
+        else:
+            arr, ts = np.loadtxt(path, delimiter="," if path.endswith(".csv") else None, ndmin=2), None
+    except OSError as e:
+        raise OSError(f"{path}: cannot read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise _usage_error(f"{path}: not a numeric array ({e})") from None
+    if missing is not None:
+        raise _usage_error(f"{path}: no array {key!r} (has {', '.join(missing) or 'none'})")
+    if not np.issubdtype(np.asarray(arr).dtype, np.number):
+        raise _usage_error(f"{path}: not a numeric array (dtype {np.asarray(arr).dtype})")
+    return arr, ts
+
+
+def _solve(hand, landmarks):
+    import numpy as np
+
+    import wuji_jax
+
+    lm = np.asarray(landmarks, np.float64)
+    if lm.shape[-2:] != (21, 3) or lm.ndim not in (2, 3):
+        raise _usage_error(f"--landmarks: expected shape (T, 21, 3) or (21, 3) in metres; got {lm.shape}")
+    solve_sequence = getattr(wuji_jax, "solve_sequence", None)
+    solve = getattr(wuji_jax, "solve", None)
+    if lm.ndim == 3 and lm.shape[0] > 1 and solve_sequence is not None:
+        res = solve_sequence(hand, lm)
+    elif solve is not None:
+        res = solve(hand, lm)
+    else:
+        raise ImportError("--landmarks needs wuji_jax.solve, which this version lacks; pass --angles instead")
+    return np.asarray(res.angles, np.float64)
+
+
+def _calibration(args, hand):
+    import numpy as np
+
+    from . import inspire
+
+    if args.calibration:
+        try:
+            with open(args.calibration, encoding="utf-8") as f:
+                d = json.load(f)
+        except OSError as e:
+            raise OSError(f"--calibration {args.calibration}: cannot read ({e.strerror or e})") from None
+        except json.JSONDecodeError as e:
+            raise _usage_error(f"--calibration {args.calibration}: not JSON ({e})") from None
+        return inspire.calibration_from_dict(d)
+    if args.reference:
+        refs = {}
+        for item in args.reference:
+            name, sep, path = item.partition("=")
+            if not sep or not path:
+                raise _usage_error(f"--reference {item!r}: expected NAME=FILE")
+            arr, _ = _load_array(path, "angles")
+            arr = np.asarray(arr, np.float64)
+            refs[name] = np.deg2rad(arr) if args.degrees else arr
+        return inspire.calibrate(refs, hand)
+    return None
+
+
+def run_inspire(args) -> int:
+    """Run the verb on parsed ``args``; returns the exit status."""
+    import numpy as np
+
+    from . import inspire
+    from .model import load_hand
+
+    if not 0 < args.speed_ratio <= 1:
+        raise _usage_error(f"--speed-ratio must be in (0, 1]; got {args.speed_ratio}")
+    if args.fps is not None and not args.fps > 0:
+        raise _usage_error(f"--fps must be > 0; got {args.fps}")
+    fmt = args.format or ("csv" if str(args.output).lower().endswith(".csv") else "jsonl")
+    hand = load_hand(args.side)
+
+    if args.angles:
+        q, ts = _load_array(args.angles, "angles")
+        q = np.asarray(q, np.float64)
+        if q.ndim == 1:
+            q = q[None]
+        if q.ndim != 2 or q.shape[-1] != hand.num_joints:
+            raise _usage_error(f"--angles: expected shape (T, 20) or (20,); got {q.shape}")
+        if args.degrees:
+            q = np.deg2rad(q)
+    else:
+        lm, ts = _load_array(args.landmarks, "landmarks")
+        q = _solve(hand, lm).reshape(-1, hand.num_joints)
+    n = q.shape[0]
+    if n == 0:
+        raise _usage_error("no frames in the input")
+    if args.fps is not None or ts is None:
+        t = np.arange(n) / (args.fps or _DEFAULT_FPS)
+    else:
+        t = np.asarray(ts, np.float64).reshape(-1)
+        if t.shape != (n,):
+            raise _usage_error(f"timestamps: expected {n} values to match the frames; got {t.shape[0]}")
+    t = t + args.start_time
+
+    cal = _calibration(args, hand)
+    cmd = np.asarray(inspire.to_inspire(q, cal, hand), np.float64)
+    if args.smooth != "none":
+        cmd, t = inspire.smooth(cmd, t, args.smooth, tau=args.tau, min_cutoff=args.min_cutoff, beta=args.beta)
+    cmd, t = inspire.limit_rate(cmd, t, args.speed_ratio)
+    names = inspire.MOTOR_NAMES if args.names == "words" else None
+    if args.output == "-":
+        inspire.write_command_stream(sys.stdout, cmd, t, args.side, fmt, frame_id=args.frame_id, names=names)
+    else:
+        inspire.write_command_stream(Path(args.output), cmd, t, args.side, fmt, frame_id=args.frame_id,
+                                     names=names)
+        print(f"wrote {n} {args.side}-hand commands ({fmt}) to {args.output}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry (``python -m wuji_jax.inspire_cli ...``), for use before the main CLI registers it."""
+    parser = argparse.ArgumentParser(prog="wuji-jax")
+    add_inspire_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
