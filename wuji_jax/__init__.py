@@ -1,2 +1,2 @@
 from .model import HandModel, load_hand
-from .kinematics import forward_keypoints, forward_kinematics
+from .kinematics import coupled_angles, forward_keypoints, forward_kinematics

@@ -345,7 +345,8 @@ def parse_urdf(text: str, side: str = "", keypoints: Sequence[str] | None = None
             if k not in link_pos:
                 raise ValueError(f"keypoints: link {k!r} is not defined in the URDF")
 
-    f = lambda a: jnp.asarray(np.asarray(a, np.float64).reshape(np.shape(a)), jnp.float32)
+    # float64 when jax_enable_x64 is on, float32 otherwise (JAX's default dtype canonicalisation)
+    f = lambda a: jnp.asarray(np.asarray(a, np.float64))
     return HandModel(
         origin_xyz=f(xyz), origin_rot=f(rot), axis=f(axis),
         lower=f(np.array([joints[j]["lower"] for j in active]).reshape(-1)),
@@ -400,12 +401,12 @@ _CACHE: dict[tuple[str, str], HandModel] = {}
 def load_hand(side: str = "right", urdf: str | os.PathLike | None = None) -> HandModel:
     """The WG110v12 hand model (``side`` ``"right"`` or ``"left"``), or one from your own ``urdf``.
 
-    Leaves are float32; use ``hand.astype(jnp.float64)`` (with x64 enabled) for double precision.
+    Leaves are float64 when ``jax_enable_x64`` is on, else float32; FK casts them to the dtype of ``q``.
     """
     if side not in ("right", "left"):
         raise ValueError(f"side must be 'right' or 'left', got {side!r}")
     path = str(urdf) if urdf is not None else str(urdf_path(side))
-    key = (side, path)
+    key = (side, path, bool(jax.config.jax_enable_x64))
     if key not in _CACHE:
         _CACHE[key] = load_urdf(path, side=side)
     return _CACHE[key]

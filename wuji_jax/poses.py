@@ -22,7 +22,7 @@ def _pose(thumb, index, middle, ring, pinky) -> np.ndarray:
 #: name → ``(20,)`` joint angles in radians.
 POSES: dict[str, np.ndarray] = {
     "open": _pose((0.0, 0.0, 0.0, 0.0), _STRAIGHT, _STRAIGHT, _STRAIGHT, _STRAIGHT),
-    "spread": _pose((-0.2, 0.5, 0.0, 0.0), (0.0, -0.30, 0, 0), (0, -0.05, 0, 0), (0, 0.2, 0, 0), (0, 0.40, 0, 0)),
+    "spread": _pose((-0.2, -0.15, 0.0, 0.0), (0.0, -0.30, 0, 0), (0, -0.05, 0, 0), (0, 0.2, 0, 0), (0, 0.40, 0, 0)),
     "fist": _pose((0.65, 0.35, 0.90, 0.70), _CURL, _CURL, _CURL, _CURL),
     "point": _pose((0.65, 0.35, 0.90, 0.70), _STRAIGHT, _CURL, _CURL, _CURL),
     "victory": _pose((0.65, 0.35, 0.90, 0.70), (0.0, -0.20, 0, 0), (0.0, 0.15, 0, 0), _CURL, _CURL),

@@ -1,0 +1,18 @@
+import jax
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(scope="session")
+def right():
+    import wuji_jax as wj
+
+    return wj.load_hand("right")
+
+
+@pytest.fixture(scope="session")
+def left():
+    import wuji_jax as wj
+
+    return wj.load_hand("left")
