@@ -1,0 +1,409 @@
+"""wuji_jax.io: every input format round-trips, bad input gives one line naming the file, results
+open in pandas. The catalogue of bad inputs (issue 5) is ``BAD_INPUTS`` below."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wuji_jax import io
+
+SAMPLES = Path(__file__).resolve().parents[1] / "assets" / "samples"
+FORMATS = [".npy", ".npz", ".csv", ".jsonl", ".parquet", ".h5"]
+
+
+def _hand(n: int = 7, seed: int = 0) -> np.ndarray:
+    """A plausible right hand in metres: wrist at the origin, middle MCP ~9 cm away."""
+    rng = np.random.default_rng(seed)
+    base = np.zeros((21, 3))
+    for f in range(5):
+        for j in range(4):
+            base[1 + 4 * f + j] = [(f - 2) * 0.02, 0.0, -0.04 - 0.025 * (j + 1)]
+    base[9] = [0.0, 0.0, -0.09]
+    return base + rng.normal(scale=0.002, size=(n, 21, 3))
+
+
+def _assert_one_line(err: pytest.ExceptionInfo, path) -> None:
+    msg = str(err.value)
+    assert "\n" not in msg, msg
+    assert msg.startswith(str(path)), msg
+
+
+# ------------------------------------------------------------------------------------------------
+# Round trips
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_round_trip_every_format(tmp_path, ext):
+    w = _hand(9)
+    w[3] = np.nan  # a missing frame survives, flagged
+    t = np.arange(9) / 30.0
+    path = io.write_landmarks(tmp_path / f"rec{ext}", w, None if ext == ".npy" else t)
+    rec = io.load_landmarks(path)
+    assert len(rec) == 9
+    np.testing.assert_array_equal(rec.world, w)  # full float64 precision in every format
+    assert rec.detected.tolist() == [i != 3 for i in range(9)]
+    if ext == ".npy":
+        assert np.isnan(rec.timestamps).all()
+    else:
+        np.testing.assert_array_equal(rec.timestamps, t)
+    assert rec.sources == (str(path),)
+    assert rec.frame_index.tolist() == list(range(9))
+    assert any("1 of 9 frames" in n for n in rec.notes)
+
+
+@pytest.mark.parametrize("ext", [".npz", ".csv", ".jsonl", ".parquet"])
+def test_round_trip_keeps_handedness_and_score(tmp_path, ext):
+    w = _hand(4)
+    hands = np.array(["Right", "Right", "", "Right"])
+    score = np.array([0.9, 0.8, np.nan, 0.7])
+    path = io.write_landmarks(tmp_path / f"rec{ext}", w, np.arange(4.0), handedness=hands, score=score)
+    rec = io.load_landmarks(path)
+    assert rec.handedness.tolist() == hands.tolist()
+    np.testing.assert_array_equal(rec.score, score)
+
+
+def test_recording_save_load_keeps_everything(tmp_path):
+    rec = io.load_landmarks(SAMPLES / "human_hand_video_landmarks.npz")
+    path = rec.save(tmp_path / "again.npz")
+    back = io.load_landmarks(path)
+    for k in ("world", "image", "timestamps", "detected", "handedness", "score", "frame_index"):
+        np.testing.assert_array_equal(getattr(back, k), getattr(rec, k), err_msg=k)
+    assert back.fps == rec.fps == 30.0
+
+
+def test_bundled_sample():
+    rec = io.load_landmarks(SAMPLES / "human_hand_video_landmarks.npz")
+    assert len(rec) == 621 and rec.num_detected == 621
+    assert set(rec.handedness.tolist()) == {"Right"}
+    assert rec.image is not None and rec.image.shape == (621, 21, 3)
+    np.testing.assert_allclose(np.diff(rec.timestamps), 1 / 30, atol=1e-6)
+    size = np.linalg.norm(rec.world[:, 9] - rec.world[:, 0], axis=-1)
+    assert 0.06 < size.min() and size.max() < 0.12
+    assert io.check_units(rec.world) is None
+    assert rec.notes == ()
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_iter_chunks_bounded_and_complete(tmp_path, ext):
+    w = _hand(23)
+    w[5, 2, 1] = np.inf
+    path = io.write_landmarks(tmp_path / f"c{ext}", w, None if ext == ".npy" else np.arange(23.0))
+    got = list(io.iter_chunks(path, chunk_size=5))
+    assert [s for s, _, _ in got] == [0, 5, 10, 15, 20]
+    assert all(len(lm) <= 5 and len(t) == len(lm) for _, lm, t in got)
+    lm = np.concatenate([c for _, c, _ in got])
+    expect = w.copy()
+    expect[5, 2, 1] = np.nan  # inf is never a position: read as missing
+    np.testing.assert_array_equal(lm, expect)
+
+
+def test_iter_chunks_npy_is_memory_mapped(tmp_path, monkeypatch):
+    path = io.write_landmarks(tmp_path / "big.npy", _hand(50))
+    seen = {}
+    real_load = np.load
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(io.np, "load", spy)
+    chunks = list(io.iter_chunks(path, chunk_size=16))
+    assert seen.get("mmap_mode") == "r"
+    assert [len(c) for _, c, _ in chunks] == [16, 16, 16, 2]
+    assert all(not isinstance(c, np.memmap) for _, c, _ in chunks)  # private copies
+
+
+def test_iter_chunks_chains_files(tmp_path):
+    a = io.write_landmarks(tmp_path / "a.npy", _hand(3))
+    b = io.write_landmarks(tmp_path / "b.csv", _hand(4, seed=1), np.arange(4.0))
+    starts = [(s, len(c)) for s, c, _ in io.iter_chunks([a, b], chunk_size=2)]
+    assert starts == [(0, 2), (2, 1), (3, 2), (5, 2)]
+
+
+def test_several_files_globs_and_folders(tmp_path):
+    io.write_landmarks(tmp_path / "a.npy", _hand(3))
+    io.write_landmarks(tmp_path / "b.csv", _hand(4, seed=1), np.arange(4.0))
+    io.write_landmarks(tmp_path / "c.jsonl", _hand(2, seed=2), np.arange(2.0))
+    (tmp_path / "notes.txt").write_text("not data")  # ignored inside folders
+    folder = io.load_landmarks(tmp_path)
+    assert len(folder) == 9
+    assert [Path(s).name for s in folder.sources] == ["a.npy", "b.csv", "c.jsonl"]
+    assert folder.source_index.tolist() == [0] * 3 + [1] * 4 + [2] * 2
+    assert folder.frame_index.tolist() == [0, 1, 2, 0, 1, 2, 3, 0, 1]
+    assert [(Path(s).name, sl.start, sl.stop) for s, sl in folder.segments()] == [
+        ("a.npy", 0, 3), ("b.csv", 3, 7), ("c.jsonl", 7, 9)]
+    globbed = io.load_landmarks(str(tmp_path / "*.csv"))
+    assert len(globbed) == 4 and globbed.sources == (str(tmp_path / "b.csv"),)
+    listed = io.load_landmarks([tmp_path / "c.jsonl", tmp_path / "a.npy"])
+    np.testing.assert_array_equal(listed.world, np.concatenate([_hand(2, seed=2), _hand(3)]))
+
+
+def test_fps_gives_timestamps_to_sources_without_them(tmp_path):
+    path = io.write_landmarks(tmp_path / "a.npy", _hand(4))
+    rec = io.load_landmarks(path, fps=20.0)
+    np.testing.assert_allclose(rec.timestamps, [0, 0.05, 0.1, 0.15])
+    assert rec.fps == 20.0
+
+
+def test_csv_layout(tmp_path):
+    """The documented CSV: header, 63 landmark columns in any order, optional time and frame."""
+    w = _hand(2)
+    cols = ["frame", "timestamp"] + list(reversed(io.LANDMARK_COLUMNS))
+    flat = dict(zip(io.LANDMARK_COLUMNS, w.reshape(2, 63).T))
+    lines = [",".join(cols)]
+    for i in range(2):
+        lines.append(",".join([str(10 + i), str(0.5 * i)] + [repr(float(flat[c][i])) for c in cols[2:]]))
+    lines.append(",".join(["12", "1.0"] + [""] * 63))  # a row with empty cells: a missing frame
+    path = tmp_path / "wide.csv"
+    path.write_text("\n".join(lines) + "\n")
+    rec = io.load_landmarks(path)
+    np.testing.assert_array_equal(rec.world[:2], w)
+    assert rec.frame_index.tolist() == [10, 11, 12]
+    assert rec.detected.tolist() == [True, True, False]
+    np.testing.assert_array_equal(rec.timestamps, [0.0, 0.5, 1.0])
+
+
+def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps({"t": 0.0, "landmarks": _hand(1)[0].tolist()}) + "\n"
+                    + json.dumps({"t": 0.1, "landmarks": None}) + "\n\n")
+    rec = io.load_landmarks(path)
+    assert len(rec) == 2 and rec.detected.tolist() == [True, False]
+
+
+def test_single_frame_array_is_one_frame(tmp_path):
+    path = tmp_path / "one.npy"
+    np.save(path, _hand(1)[0])
+    assert len(io.load_landmarks(path)) == 1
+
+
+def test_mixed_handedness_is_noted_not_fatal(tmp_path):
+    a = io.write_landmarks(tmp_path / "a.npz", _hand(3), handedness=["Right", "Left", "Right"])
+    b = io.write_landmarks(tmp_path / "b.npz", _hand(2), handedness=["Left", "Left"])
+    rec = io.load_landmarks([a, b])
+    assert len(rec) == 5 and rec.detected.all()
+    assert any(n.startswith(str(a)) and "mixed handedness" in n for n in rec.notes)
+    assert any(n.startswith("mixed handedness across sources") for n in rec.notes)
+
+
+def test_nan_and_inf_frames_are_flagged_not_dropped(tmp_path):
+    w = _hand(5)
+    w[1, 4, 0] = np.nan
+    w[3, 0, 2] = -np.inf
+    rec = io.load_landmarks(io.write_landmarks(tmp_path / "x.npy", w))
+    assert len(rec) == 5
+    assert rec.detected.tolist() == [True, False, True, False, True]
+    assert np.isfinite(rec.world[[0, 2, 4]]).all() and np.isnan(rec.world[3, 0, 2])
+    assert any("2 of 5 frames" in n and "first at frame 1" in n for n in rec.notes)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: one line naming the file
+# ------------------------------------------------------------------------------------------------
+
+
+def _truncated_npy(p):
+    np.save(p, _hand(10))
+    p.write_bytes(p.read_bytes()[:-100])
+
+
+def _truncated_npz(p):
+    np.savez(p, landmarks=_hand(10))
+    p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2])
+
+
+def _csv(text):
+    return lambda p: p.write_text(text)
+
+
+_HEADER = ",".join(io.LANDMARK_COLUMNS)
+_ROW = ",".join(["0.01"] * 63)
+
+#: (name, file name, writer, words the message must contain)
+BAD_INPUTS = [
+    ("empty npy", "x.npy", lambda p: p.write_bytes(b""), "empty"),
+    ("empty csv", "x.csv", lambda p: p.write_bytes(b""), "empty"),
+    ("empty parquet", "x.parquet", lambda p: p.write_bytes(b""), "empty"),
+    ("csv header only", "x.csv", _csv(_HEADER + "\n"), "no frames"),
+    ("jsonl blank lines", "x.jsonl", _csv("\n\n"), "no frames"),
+    ("zero-frame npy", "x.npy", lambda p: np.save(p, np.zeros((0, 21, 3))), "no frames"),
+    ("truncated npy", "x.npy", _truncated_npy, "truncated"),
+    ("truncated npz", "x.npz", _truncated_npz, "truncated"),
+    ("20 landmarks", "x.npy", lambda p: np.save(p, np.zeros((4, 20, 3))), "(4, 20, 3)"),
+    ("flat 63", "x.npy", lambda p: np.save(p, np.zeros((4, 63))), "reshape(-1, 21, 3)"),
+    ("2-D points", "x.npy", lambda p: np.save(p, np.zeros((4, 21, 2))), "expected (N, 21, 3)"),
+    ("strings", "x.npy", lambda p: np.save(p, np.full((2, 21, 3), "a")), "not numbers"),
+    ("pickled objects", "x.npy", lambda p: np.save(p, np.array([{"a": 1}], dtype=object)), "pickle"),
+    ("npz without landmarks", "x.npz", lambda p: np.savez(p, a=np.zeros((2, 21, 3)), b=np.zeros(2)),
+     "none named 'landmarks'"),
+    ("npz timestamps mismatch", "x.npz",
+     lambda p: np.savez(p, landmarks=np.zeros((3, 21, 3)), timestamps=np.zeros(2)), "'timestamps'"),
+    ("csv non-numeric", "x.csv", _csv(_HEADER + "\n" + _ROW.replace("0.01", "abc", 1) + "\n"),
+     "'abc' is not a number"),
+    ("csv without header", "x.csv", _csv(_ROW + "\n" + _ROW + "\n"), "not a header"),
+    ("csv missing columns", "x.csv", _csv("x0,y0,z0\n1,2,3\n"), "missing landmark columns"),
+    ("csv short row", "x.csv", _csv(_HEADER + "\n" + _ROW + "\n" + "0.01,0.02\n"), "line 3"),
+    ("jsonl bad line", "x.jsonl", _csv('{"t": 0, "landmarks": null}\n{"t": 1,\n'), "line 2"),
+    ("jsonl truncated", "x.jsonl", _csv('{"t": 0, "landmarks": null}\n{"t": 1, "landm'), "truncated"),
+    ("jsonl wrong shape", "x.jsonl", _csv(json.dumps({"t": 0, "landmarks": [[0, 0, 0]] * 20}) + "\n"),
+     "(20, 3)"),
+    ("jsonl not an object", "x.jsonl", _csv("[1, 2]\n"), "expected an object"),
+    ("corrupt parquet", "x.parquet", lambda p: p.write_bytes(b"PAR1 this is not parquet"), "Parquet"),
+    ("corrupt hdf5", "x.h5", lambda p: p.write_bytes(b"not hdf5 at all"), "HDF5"),
+    ("unsupported extension", "x.xyz", _csv("whatever"), "unsupported extension '.xyz'"),
+    ("no extension", "landmarks", _csv("whatever"), "unsupported extension"),
+    ("csv timestamps backwards", "x.csv",
+     _csv("timestamp," + _HEADER + "\n0.0," + _ROW + "\n0.2," + _ROW + "\n0.1," + _ROW + "\n"),
+     "timestamps go backwards at frame 2"),
+    ("jsonl timestamps backwards", "x.jsonl",
+     _csv('{"t": 1.0, "landmarks": null}\n{"t": 0.5, "landmarks": null}\n'),
+     "timestamps go backwards at frame 1"),
+    ("npz timestamps backwards", "x.npz",
+     lambda p: np.savez(p, landmarks=np.zeros((3, 21, 3)), timestamps=np.array([0.0, 1.0, 0.9])),
+     "timestamps go backwards"),
+]
+
+
+@pytest.mark.parametrize("name,filename,make,words", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_one_line_naming_the_file(tmp_path, name, filename, make, words):
+    path = tmp_path / filename
+    make(path)
+    with pytest.raises(ValueError) as err:
+        io.load_landmarks(path)
+    _assert_one_line(err, path)
+    assert words in str(err.value)
+    with pytest.raises(ValueError) as err2:  # the streaming reader says the same
+        list(io.iter_chunks(path, chunk_size=2))
+    assert str(err2.value) == str(err.value)
+
+
+def test_backwards_time_across_chunks(tmp_path):
+    path = io.write_landmarks(tmp_path / "t.csv", _hand(6), [0, 1, 2, 3, 2.5, 4])
+    with pytest.raises(ValueError, match="backwards at frame 4"):
+        list(io.iter_chunks(path, chunk_size=3))
+
+
+def test_missing_paths(tmp_path):
+    with pytest.raises(ValueError) as err:
+        io.load_landmarks(tmp_path / "nope.npy")
+    _assert_one_line(err, tmp_path / "nope.npy")
+    pattern = str(tmp_path / "*.npy")
+    with pytest.raises(ValueError, match="matches no files") as err:
+        io.load_landmarks(pattern)
+    _assert_one_line(err, pattern)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no landmark files") as err:
+        io.load_landmarks(tmp_path / "empty")
+    _assert_one_line(err, tmp_path / "empty")
+
+
+def test_skip_bad_files_and_go_on(tmp_path):
+    good = io.write_landmarks(tmp_path / "a.npy", _hand(3))
+    bad = tmp_path / "b.npy"
+    np.save(bad, np.zeros((3, 20, 3)))
+    rec = io.load_landmarks([good, bad], on_error="skip")
+    assert len(rec) == 3 and rec.sources == (str(good),)
+    assert any(n.startswith(f"skipped {bad}:") and "(3, 20, 3)" in n for n in rec.notes)
+    with pytest.raises(ValueError, match="nothing loaded"):
+        io.load_landmarks([bad], on_error="skip")
+
+
+def test_missing_optional_dependency_says_how_to_install(tmp_path, monkeypatch):
+    path = io.write_landmarks(tmp_path / "x.parquet", _hand(2))
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ValueError, match=r"wuji-jax\[formats\]") as err:
+        io.load_landmarks(path)
+    _assert_one_line(err, path)
+    monkeypatch.setitem(sys.modules, "h5py", None)
+    with pytest.raises(ValueError, match=r"wuji-jax\[formats\]"):
+        io.write_landmarks(tmp_path / "x.h5", _hand(2))
+
+
+# ------------------------------------------------------------------------------------------------
+# Units
+# ------------------------------------------------------------------------------------------------
+
+
+def test_check_units():
+    w = _hand(10)
+    assert io.check_units(w) is None
+    assert io.check_units(w[0]) is None
+    assert "millimetres" in io.check_units(w * 1000)
+    assert "centimetres" in io.check_units(w * 100)
+    px = w * 4000 + 600
+    assert "pixels" in io.check_units(px)
+    norm = w.copy()
+    norm[..., :2] = 0.5 + norm[..., :2]  # x, y in [0, 1]
+    norm[..., 2] -= norm[:, :1, 2]  # wrist z = 0, as in MediaPipe's image landmarks
+    assert "normalised image coordinates" in io.check_units(norm)
+    assert "check the units" in io.check_units(w / 100)
+    assert io.check_units(np.full((3, 21, 3), np.nan)) is None
+    scrambled = w.copy()
+    scrambled[:, 20] += 1.0
+    assert "extent" in io.check_units(scrambled)
+
+
+def test_units_problem_is_noted_on_load(tmp_path):
+    rec = io.load_landmarks(io.write_landmarks(tmp_path / "mm.npy", _hand(4) * 1000))
+    assert any(n.startswith(str(tmp_path / "mm.npy")) and "millimetres" in n for n in rec.notes)
+
+
+# ------------------------------------------------------------------------------------------------
+# Results
+# ------------------------------------------------------------------------------------------------
+
+
+def _results(n=5):
+    rng = np.random.default_rng(3)
+    return {
+        "timestamp": np.arange(n) / 30.0,
+        "angles": rng.normal(size=(n, 20)),
+        "wrist_pose": rng.normal(size=(n, 4, 4)),
+        "residual": rng.uniform(size=n),
+        "ok": np.array([True, False, True, True, True][:n]),
+        "handedness": np.array(["Right"] * n),
+        "inspire": rng.uniform(size=(n, 6)),
+    }
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_results_open_in_pandas(tmp_path, ext):
+    pd = pytest.importorskip("pandas")
+    table = _results()
+    motors = ["little", "ring", "middle", "index", "thumb_bend", "thumb_rotation"]
+    path = io.write_results(tmp_path / f"r{ext}", table, names={"inspire": motors})
+    df = pd.read_parquet(path) if ext == ".parquet" else pd.read_csv(path)
+    assert len(df) == 5
+    assert list(df.columns[:3]) == ["timestamp", "angles_0", "angles_1"]
+    assert "angles_19" in df and "wrist_pose_3_3" in df and "thumb_rotation" in df
+    np.testing.assert_array_equal(df[[f"angles_{i}" for i in range(20)]].to_numpy(), table["angles"])
+    np.testing.assert_array_equal(df["residual"].to_numpy(), table["residual"])
+    np.testing.assert_array_equal(df[motors].to_numpy(), table["inspire"])
+    assert df["ok"].dtype == bool and df["ok"].tolist() == table["ok"].tolist()
+    assert df["handedness"].tolist() == ["Right"] * 5
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".npz", ".csv"])
+def test_results_round_trip(tmp_path, ext):
+    table = _results()
+    back = io.read_results(io.write_results(tmp_path / f"r{ext}", table))
+    for k, v in table.items():
+        np.testing.assert_array_equal(back[k], v, err_msg=k)
+    assert list(back) == list(table)
+
+
+def test_results_errors(tmp_path):
+    with pytest.raises(ValueError, match="unsupported extension") as err:
+        io.write_results(tmp_path / "r.xlsx", {"a": np.zeros(3)})
+    _assert_one_line(err, tmp_path / "r.xlsx")
+    with pytest.raises(ValueError, match="3 rows, the others 2"):
+        io.write_results(tmp_path / "r.csv", {"a": np.zeros(2), "b": np.zeros(3)})
+    with pytest.raises(ValueError, match="2 names for 'a'"):
+        io.write_results(tmp_path / "r.csv", {"a": np.zeros((2, 3))}, names={"a": ["p", "q"]})

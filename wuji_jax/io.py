@@ -1,0 +1,1068 @@
+"""Landmark datasets in and result tables out. Reading and writing only: no fitting, no filtering.
+
+Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand landmarks per frame,
+``(N, 21, 3)`` in metres:
+
+=========================  ====================================================================
+``.npy``                   one array ``(N, 21, 3)`` (or ``(21, 3)``, one frame); no timestamps
+``.npz``                   array ``landmarks`` (or ``world``, or the only array); optional
+                           ``timestamps`` ``(N,)`` seconds, ``handedness``, ``score``, ``detected``,
+                           ``image`` (as :meth:`LandmarkRecording.save` writes them)
+``.csv``                   header line, then one row a frame: ``x0,y0,z0,...,x20,y20,z20`` and
+                           optional ``timestamp`` (seconds), ``frame``, ``handedness``, ``score``;
+                           empty cells read as NaN
+``.jsonl``                 one JSON object a line: ``{"t": seconds, "landmarks": [[x, y, z]] * 21}``
+                           (``"landmarks": null`` for a frame without a hand)
+``.parquet``               the CSV's columns (needs ``pyarrow``: ``pip install wuji-jax[formats]``)
+``.h5`` / ``.hdf5``        dataset ``landmarks`` (or ``world``, or the only dataset) and optional
+                           ``timestamps`` (needs ``h5py``: ``pip install wuji-jax[formats]``)
+videos, image folders      MediaPipe world landmarks via :func:`wuji_jax.video.extract_landmarks`,
+                           cached (needs ``pip install wuji-jax[video]``)
+=========================  ====================================================================
+
+Several files, globs (``"data/*.csv"``) and folders load into one :class:`LandmarkRecording`
+with per-frame provenance (``source_index``, ``frame_index``). Frames with NaN/inf or without a
+detected hand are kept and flagged (``detected`` False), never dropped. Anything that makes a file
+unusable raises ``ValueError("<path>: <problem>; <what to do>")`` on one line; with
+``on_error="skip"`` that line goes to ``notes`` and the other files still load.
+
+Outputs (:func:`write_results`): a dict of ``(N, ...)`` arrays as ``.parquet``, ``.csv`` (both
+open with ``pandas.read_parquet`` / ``pandas.read_csv`` as they are) or ``.npz``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob as _glob
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "LandmarkRecording",
+    "load_landmarks",
+    "iter_chunks",
+    "write_landmarks",
+    "write_results",
+    "read_results",
+    "check_units",
+    "LANDMARK_COLUMNS",
+    "DATA_EXTENSIONS",
+    "VIDEO_EXTENSIONS",
+    "IMAGE_EXTENSIONS",
+]
+
+NUM_LANDMARKS = 21
+
+#: Column names of the wide table layout (CSV, Parquet): x0, y0, z0, ..., x20, y20, z20.
+LANDMARK_COLUMNS: tuple[str, ...] = tuple(f"{a}{i}" for i in range(NUM_LANDMARKS) for a in "xyz")
+
+DATA_EXTENSIONS: tuple[str, ...] = (".npy", ".npz", ".csv", ".jsonl", ".ndjson", ".parquet", ".pq",
+                                    ".h5", ".hdf5")
+VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".mov", ".avi", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg")
+IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+_RESULT_EXTENSIONS = (".parquet", ".pq", ".npz", ".csv")
+
+_TIME_COLUMNS = ("timestamp", "timestamps", "t", "time")
+_FORMATS_HINT = "install the formats extra: pip install 'wuji-jax[formats]'"
+
+
+# ------------------------------------------------------------------------------------------------
+# The recording
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LandmarkRecording:
+    """``N`` frames of 21 hand landmarks with their times, flags and provenance (NumPy arrays).
+
+    Attributes:
+        world: ``(N, 21, 3)`` float64 landmarks in metres (for videos: MediaPipe world landmarks,
+            origin near the hand's centre, x right / y down / z away from the camera). NaN rows
+            where no hand was found.
+        timestamps: ``(N,)`` float64 seconds; NaN where the source has no times.
+        detected: ``(N,)`` bool, True where the frame holds a hand with all 63 numbers finite.
+        handedness: ``(N,)`` str, ``"Right"``, ``"Left"`` or ``""`` (unknown or no hand). For videos
+            this is MediaPipe's label of the hand as it appears in the frames given (see
+            :mod:`wuji_jax.video` for the mirrored-camera convention).
+        score: ``(N,)`` float64 handedness confidence in [0, 1]; NaN where unknown.
+        image: ``(N, 21, 3)`` normalised image landmarks (x, y in [0, 1] of the frame width/height,
+            z relative to the wrist in about the same scale as x), or None when the source has none.
+        fps: frames per second of the source, when known.
+        sources: the files (or camera) the frames came from.
+        source_index: ``(N,)`` int index into ``sources`` for each frame.
+        frame_index: ``(N,)`` int frame number within its source.
+        notes: one-line remarks about flagged frames or skipped files, each naming the file.
+    """
+
+    world: np.ndarray
+    timestamps: np.ndarray
+    detected: np.ndarray
+    handedness: np.ndarray
+    score: np.ndarray
+    image: np.ndarray | None = None
+    fps: float | None = None
+    sources: tuple[str, ...] = ()
+    source_index: np.ndarray | None = None
+    frame_index: np.ndarray | None = None
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        n = self.world.shape[0]
+        assert self.world.shape == (n, NUM_LANDMARKS, 3), self.world.shape
+        for name in ("timestamps", "detected", "handedness", "score"):
+            assert getattr(self, name).shape == (n,), (name, getattr(self, name).shape)
+        assert self.image is None or self.image.shape == (n, NUM_LANDMARKS, 3), self.image.shape
+        if self.source_index is None:
+            object.__setattr__(self, "source_index", np.zeros(n, np.int64))
+        if self.frame_index is None:
+            object.__setattr__(self, "frame_index", np.arange(n, dtype=np.int64))
+        assert self.source_index.shape == (n,) and self.frame_index.shape == (n,)
+
+    def __len__(self) -> int:
+        return int(self.world.shape[0])
+
+    @property
+    def source(self) -> str:
+        """The single source's path, or a summary such as ``"3 sources"``."""
+        if len(self.sources) == 1:
+            return self.sources[0]
+        return f"{len(self.sources)} sources"
+
+    @property
+    def num_detected(self) -> int:
+        return int(np.count_nonzero(self.detected))
+
+    def segments(self) -> list[tuple[str, slice]]:
+        """``(source, slice)`` for each source's run of frames (timestamps restart per source)."""
+        out = []
+        idx = self.source_index
+        starts = [0] + [int(i) for i in np.flatnonzero(idx[1:] != idx[:-1]) + 1] + [len(self)]
+        for a, b in zip(starts[:-1], starts[1:]):
+            if b > a:
+                out.append((self.sources[int(idx[a])] if self.sources else "", slice(a, b)))
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The per-frame arrays as a dict (``image`` only when present)."""
+        out = {"world": self.world, "timestamps": self.timestamps, "detected": self.detected,
+               "handedness": self.handedness, "score": self.score,
+               "source_index": self.source_index, "frame_index": self.frame_index}
+        if self.image is not None:
+            out["image"] = self.image
+        return out
+
+    def save(self, path: str | os.PathLike, *, dtype: Any = np.float64) -> Path:
+        """Write everything to a compressed ``.npz`` that :func:`load_landmarks` reads back.
+
+        ``dtype=np.float32`` halves the file (landmarks to ~1e-7 relative precision).
+        """
+        path = Path(path)
+        arrays = self.arrays()
+        for k in ("world", "image"):
+            if k in arrays:
+                arrays[k] = arrays[k].astype(dtype)
+        arrays["timestamps"] = arrays["timestamps"].astype(np.float64)
+        arrays["score"] = arrays["score"].astype(dtype)
+        arrays["handedness"] = arrays["handedness"].astype(str)
+        arrays["sources"] = np.asarray(self.sources, dtype=str)
+        arrays["notes"] = np.asarray(self.notes, dtype=str)
+        arrays["fps"] = np.float64(np.nan if self.fps is None else self.fps)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, path)
+        return path
+
+
+def _empty_fields(n: int) -> dict[str, np.ndarray]:
+    return {"timestamps": np.full(n, np.nan), "handedness": np.full(n, "", dtype="<U5"),
+            "score": np.full(n, np.nan)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding files
+# ------------------------------------------------------------------------------------------------
+
+
+def _err(path: Any, problem: str) -> ValueError:
+    # One line, always: multi-line reasons from libraries are folded.
+    return ValueError(f"{path}: {' '.join(problem.split())}")
+
+
+def _is_glob(s: str) -> bool:
+    return any(c in s for c in "*?[")
+
+
+def _expand(sources: Any) -> list[Any]:
+    """Paths / globs / folders / camera indices → list of concrete sources, in order."""
+    if isinstance(sources, (str, os.PathLike, int)) and not isinstance(sources, bool):
+        sources = [sources]
+    out: list[Any] = []
+    for s in sources:
+        if isinstance(s, int) and not isinstance(s, bool):
+            out.append(s)
+            continue
+        p = Path(s)
+        if isinstance(s, str) and _is_glob(s) and not p.exists():
+            hits = sorted(_glob.glob(s, recursive=True))
+            if not hits:
+                raise _err(s, "the pattern matches no files; check the path and the quoting of '*'")
+            out.extend(_expand(hits))
+        elif p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            data = [f for f in files if f.suffix.lower() in DATA_EXTENSIONS + VIDEO_EXTENSIONS]
+            images = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
+            if data:
+                out.extend(data)
+            elif images:
+                out.append(p)  # a folder of frames: one source
+            else:
+                raise _err(p, "the folder holds no landmark files, videos or images; expected one of "
+                              + ", ".join(DATA_EXTENSIONS + VIDEO_EXTENSIONS))
+        else:
+            out.append(p)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-format chunk readers. Each yields dicts with "world" (n, 21, 3) and optionally
+# "timestamps", "frame", "handedness", "score", "detected", "image" (n, ...) and "meta".
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_shape(shape: tuple, path: Any, what: str) -> tuple:
+    """The ``(N, 21, 3)`` shape an array of ``shape`` stands for, or a one-line error."""
+    shape = tuple(int(x) for x in shape)
+    if shape == (NUM_LANDMARKS, 3):
+        return (1, NUM_LANDMARKS, 3)
+    if len(shape) == 2 and shape[1] == 3 * NUM_LANDMARKS:
+        raise _err(path, f"{what} has shape {shape}, expected (N, 21, 3); if each row is "
+                         "x0, y0, z0, ..., x20, y20, z20 reshape it with a.reshape(-1, 21, 3)")
+    if len(shape) != 3 or shape[1:] != (NUM_LANDMARKS, 3):
+        raise _err(path, f"{what} has shape {shape}, expected (N, 21, 3): N frames of MediaPipe's "
+                         "21 hand landmarks (x, y, z)")
+    return shape
+
+
+def _landmark_array(a: np.ndarray, path: Path, what: str = "array") -> np.ndarray:
+    if a.dtype.kind not in "fiu":
+        raise _err(path, f"{what} has dtype {a.dtype}, not numbers; store float landmarks in metres")
+    return a.reshape(_check_shape(a.shape, path, what))
+
+
+def _read_npy(path: Path, chunk: int) -> Iterator[dict]:
+    try:
+        a = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+        if "pickle" in str(e) or "Object arrays" in str(e) or "Python objects" in str(e):
+            raise _err(path, "holds Python objects (pickled), not a numeric array; save a float "
+                             "array of shape (N, 21, 3)") from e
+        raise _err(path, f"truncated or corrupt .npy file ({e}); export it again") from e
+    except (OSError, EOFError) as e:
+        raise _err(path, f"truncated or corrupt .npy file ({e}); export it again") from e
+    a = _landmark_array(a, path)
+    for s in range(0, a.shape[0], chunk):
+        yield {"world": np.array(a[s:s + chunk], dtype=np.float64)}
+
+
+_NPZ_FIELDS = ("timestamps", "t", "frame", "frame_index", "handedness", "score", "detected", "image")
+
+
+def _read_npz(path: Path, chunk: int) -> Iterator[dict]:
+    # npz members are zip entries: loaded whole (use .npy, Parquet, CSV or HDF5 for huge files).
+    import zipfile
+
+    try:
+        # Our own handle: np.load leaks its file when a broken zip makes NpzFile fail.
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            keys = list(z.files)
+            if "landmarks" in keys:
+                key = "landmarks"
+            elif "world" in keys:
+                key = "world"
+            elif len(keys) == 1:
+                key = keys[0]
+            elif not keys:
+                raise _err(path, "the .npz holds no arrays; save the landmarks as np.savez(path, "
+                                 "landmarks=a)")
+            else:
+                raise _err(path, f"the .npz holds arrays {keys} but none named 'landmarks'; save the "
+                                 "(N, 21, 3) array as landmarks=...")
+            world = _landmark_array(z[key], path, f"array '{key}'")
+            n = world.shape[0]
+            extra: dict[str, np.ndarray] = {}
+            for k in _NPZ_FIELDS:
+                if k not in keys:
+                    continue
+                v = z[k]
+                name = {"t": "timestamps", "frame_index": "frame"}.get(k, k)
+                if name == "image":
+                    if v.shape != world.shape:
+                        raise _err(path, f"array 'image' has shape {v.shape}, expected {world.shape}")
+                elif v.shape != (n,):
+                    raise _err(path, f"array '{k}' has shape {v.shape}, expected ({n},) to match "
+                                     f"'{key}'")
+                extra[name] = v
+            meta = {}
+            if "fps" in keys and z["fps"].shape == () and np.isfinite(z["fps"]):
+                meta["fps"] = float(z["fps"])
+            if "notes" in keys:
+                meta["notes"] = tuple(str(s) for s in z["notes"].tolist())
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        raise _err(path, f"truncated or corrupt .npz file ({e}); export it again") from e
+    except ValueError as e:
+        if str(e).startswith(f"{path}:"):
+            raise
+        raise _err(path, f"unreadable .npz member ({e}); save plain numeric arrays") from e
+    for s in range(0, max(n, 1), chunk):
+        out = {"world": np.asarray(world[s:s + chunk], np.float64)}
+        for k, v in extra.items():
+            out[k] = v[s:s + chunk]
+        if s == 0:
+            out["meta"] = meta
+        yield out
+
+
+def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
+    """Column name → index for the landmark and optional columns of a CSV / Parquet table."""
+    lower = [h.strip().lower() for h in header]
+    pos = {h: i for i, h in enumerate(lower)}
+    missing = [c for c in LANDMARK_COLUMNS if c not in pos]
+    if missing:
+        if len(missing) == len(LANDMARK_COLUMNS):
+            try:
+                [float(h) for h in header if h.strip()]
+                numeric = len(header) > 0
+            except ValueError:
+                numeric = False
+            if numeric:
+                raise _err(path, "the first line is numbers, not a header; add the header line "
+                                 "x0,y0,z0,...,x20,y20,z20 (optionally timestamp,frame)")
+        shown = ", ".join(missing[:6]) + (", ..." if len(missing) > 6 else "")
+        raise _err(path, f"missing landmark columns {shown} ({len(missing)} of 63); expected "
+                         "x0,y0,z0,...,x20,y20,z20 and optional timestamp, frame, handedness, score")
+    cols = {c: pos[c] for c in LANDMARK_COLUMNS}
+    for name in _TIME_COLUMNS:
+        if name in pos:
+            cols["timestamps"] = pos[name]
+            break
+    for name, key in (("frame", "frame"), ("frame_index", "frame"), ("handedness", "handedness"),
+                      ("score", "score")):
+        if name in pos and key not in cols:
+            cols[key] = pos[name]
+    return cols
+
+
+def _read_csv(path: Path, chunk: int) -> Iterator[dict]:
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise _err(path, "the file has no lines; expected a header and one row a frame") from None
+        cols = _wide_columns(header, path)
+        lm_idx = [cols[c] for c in LANDMARK_COLUMNS]
+        num_keys = [k for k in ("timestamps", "frame", "score") if k in cols]
+        width = len(header)
+        rows: list[list[float]] = []
+        extra: dict[str, list] = {k: [] for k in num_keys + (["handedness"] if "handedness" in cols else [])}
+
+        def flush():
+            out = {"world": np.asarray(rows, np.float64).reshape(-1, NUM_LANDMARKS, 3)}
+            for k, v in extra.items():
+                out[k] = np.asarray(v, dtype=str if k == "handedness" else np.float64)
+                v.clear()
+            rows.clear()
+            return out
+
+        for row in reader:
+            if not row or all(not c.strip() for c in row):
+                continue
+            line = reader.line_num
+            if len(row) != width:
+                raise _err(path, f"line {line} has {len(row)} fields, the header {width}; the file may "
+                                 "be truncated or use another delimiter (expected ',')")
+            vals = []
+            for i in lm_idx:
+                vals.append(_cell(row[i], path, line, header[i]))
+            rows.append(vals)
+            for k in num_keys:
+                extra[k].append(_cell(row[cols[k]], path, line, header[cols[k]]))
+            if "handedness" in cols:
+                extra["handedness"].append(_hand_label(row[cols["handedness"]]))
+            if len(rows) >= chunk:
+                yield flush()
+        if rows:
+            yield flush()
+
+
+def _cell(text: str, path: Path, line: int, column: str) -> float:
+    text = text.strip()
+    if not text:
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        raise _err(path, f"line {line}, column '{column}': {text[:20]!r} is not a number; landmark "
+                         "columns must hold numbers (empty cells read as missing)") from None
+
+
+def _hand_label(v: Any) -> str:
+    s = str(v).strip().capitalize() if v is not None else ""
+    return s if s in ("Right", "Left") else ""
+
+
+def _read_jsonl(path: Path, chunk: int) -> Iterator[dict]:
+    world: list = []
+    extra: dict[str, list] = {"timestamps": [], "handedness": [], "score": []}
+    have = set()
+
+    def flush():
+        out = {"world": np.asarray(world, np.float64).reshape(-1, NUM_LANDMARKS, 3)}
+        for k in have:
+            out[k] = np.asarray(extra[k], dtype=str if k == "handedness" else np.float64)
+        for v in extra.values():
+            v.clear()
+        world.clear()
+        return out
+
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                last = not line.endswith("\n")
+                hint = "the file looks truncated" if last else "each line must be one JSON object"
+                raise _err(path, f"line {line_no} is not valid JSON ({e.msg}); {hint}") from None
+            if not isinstance(rec, dict):
+                raise _err(path, f"line {line_no} is a JSON {type(rec).__name__}, expected an object "
+                                 '{"t": seconds, "landmarks": [[x, y, z], ...21]}')
+            lm = rec.get("landmarks", rec.get("world"))
+            if lm is None:
+                world.append(np.full((NUM_LANDMARKS, 3), np.nan))
+            else:
+                try:
+                    a = np.asarray(lm, dtype=np.float64)
+                except (TypeError, ValueError):
+                    raise _err(path, f"line {line_no}: 'landmarks' is not a list of numbers; expected "
+                                     "21 [x, y, z] triples") from None
+                if a.shape == (3 * NUM_LANDMARKS,):
+                    a = a.reshape(NUM_LANDMARKS, 3)
+                if a.shape != (NUM_LANDMARKS, 3):
+                    raise _err(path, f"line {line_no}: 'landmarks' has shape {a.shape}, expected (21, 3)")
+                world.append(a)
+            t = rec.get("t", rec.get("timestamp"))
+            if t is not None:
+                have.add("timestamps")
+            try:
+                extra["timestamps"].append(math.nan if t is None else float(t))
+            except (TypeError, ValueError):
+                raise _err(path, f"line {line_no}: timestamp {t!r} is not a number of seconds") from None
+            if "handedness" in rec:
+                have.add("handedness")
+            extra["handedness"].append(_hand_label(rec.get("handedness")))
+            s = rec.get("score")
+            if s is not None:
+                have.add("score")
+            extra["score"].append(math.nan if s is None else float(s))
+            if len(world) >= chunk:
+                yield flush()
+    if world:
+        yield flush()
+
+
+def _need(module: str, path: Path):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise _err(path, f"reading this format needs {module.split('.')[0]}, which is not installed "
+                         f"({e}); {_FORMATS_HINT}") from None
+
+
+def _read_parquet(path: Path, chunk: int) -> Iterator[dict]:
+    pq = _need("pyarrow.parquet", path)
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError for broken files
+        raise _err(path, f"not a readable Parquet file ({e}); export it again") from e
+    names = list(pf.schema_arrow.names)
+    cols = _wide_columns(names, path)
+    wanted = [names[cols[c]] for c in LANDMARK_COLUMNS]
+    opt = {k: names[cols[k]] for k in ("timestamps", "frame", "handedness", "score") if k in cols}
+    try:
+        for batch in pf.iter_batches(batch_size=chunk, columns=wanted + list(opt.values())):
+            lm = np.stack([_arrow_float(batch.column(c), path, c) for c in wanted], axis=1)
+            out = {"world": lm.reshape(-1, NUM_LANDMARKS, 3)}
+            for k, c in opt.items():
+                col = batch.column(c)
+                if k == "handedness":
+                    out[k] = np.asarray([_hand_label(v) for v in col.to_pylist()], dtype=str)
+                else:
+                    out[k] = _arrow_float(col, path, c)
+            yield out
+    except ValueError:
+        raise
+    except Exception as e:
+        raise _err(path, f"truncated or corrupt Parquet data ({e}); export it again") from e
+
+
+def _arrow_float(col, path: Path, name: str) -> np.ndarray:
+    import pyarrow as pa
+
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+        raise _err(path, f"column '{name}' has type {col.type}, not numbers; landmark columns must "
+                         "hold numbers")
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _read_h5(path: Path, chunk: int) -> Iterator[dict]:
+    h5py = _need("h5py", path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise _err(path, f"not a readable HDF5 file ({e}); export it again") from e
+    with f:
+        dsets = [k for k in f if isinstance(f[k], h5py.Dataset)]
+        if "landmarks" in dsets:
+            key = "landmarks"
+        elif "world" in dsets:
+            key = "world"
+        elif len(dsets) == 1:
+            key = dsets[0]
+        else:
+            raise _err(path, f"datasets {dsets} but none named 'landmarks'; store the (N, 21, 3) "
+                             "array as dataset 'landmarks'")
+        d = f[key]
+        if d.dtype.kind not in "fiu":
+            raise _err(path, f"dataset '{key}' has dtype {d.dtype}, not numbers")
+        shape = _check_shape(d.shape, path, f"dataset '{key}'")
+        t = f["timestamps"] if "timestamps" in dsets else None
+        if t is not None and t.shape != (shape[0],):
+            raise _err(path, f"dataset 'timestamps' has shape {t.shape}, expected ({shape[0]},)")
+        for s in range(0, shape[0], chunk):
+            try:
+                out = {"world": np.asarray(d[s:s + chunk] if d.ndim == 3 else d[()],
+                                           np.float64).reshape(-1, NUM_LANDMARKS, 3)}
+                if t is not None:
+                    out["timestamps"] = np.asarray(t[s:s + chunk], np.float64)
+            except OSError as e:
+                raise _err(path, f"truncated or corrupt HDF5 data ({e}); export it again") from e
+            yield out
+
+
+def _read_video(path: Path, chunk: int, video_options: Mapping[str, Any]) -> Iterator[dict]:
+    from . import video
+
+    rec = video.extract_landmarks(path, **video_options)
+    n = len(rec)
+    if n and not rec.detected.any():
+        raise _err(path, f"no hand detected in any of its {n} frames; check that the video shows a "
+                         "hand, or lower min_confidence")
+    meta = {"fps": rec.fps, "notes": rec.notes}
+    for s in range(0, n, chunk):
+        sl = slice(s, s + chunk)
+        out = {"world": rec.world[sl], "timestamps": rec.timestamps[sl], "detected": rec.detected[sl],
+               "handedness": rec.handedness[sl], "score": rec.score[sl], "frame": rec.frame_index[sl]}
+        if rec.image is not None:
+            out["image"] = rec.image[sl]
+        if s == 0:
+            out["meta"] = meta
+        yield out
+
+
+def _reader(path: Any, chunk: int, video_options: Mapping[str, Any]) -> Iterator[dict]:
+    if isinstance(path, int):
+        return _read_video(path, chunk, video_options)
+    path = Path(path)
+    if path.is_dir():
+        return _read_video(path, chunk, video_options)
+    ext = path.suffix.lower()
+    if not path.exists():
+        raise _err(path, "no such file")
+    if ext not in DATA_EXTENSIONS + VIDEO_EXTENSIONS + IMAGE_EXTENSIONS:
+        raise _err(path, f"unsupported extension '{path.suffix}'; use one of "
+                         + ", ".join(DATA_EXTENSIONS + VIDEO_EXTENSIONS) + " or a folder of images")
+    if path.stat().st_size == 0:
+        raise _err(path, "the file is empty (0 bytes); export it again")
+    if ext in VIDEO_EXTENSIONS or ext in IMAGE_EXTENSIONS:
+        return _read_video(path, chunk, video_options)
+    fn = {".npy": _read_npy, ".npz": _read_npz, ".csv": _read_csv, ".jsonl": _read_jsonl,
+          ".ndjson": _read_jsonl, ".parquet": _read_parquet, ".pq": _read_parquet, ".h5": _read_h5,
+          ".hdf5": _read_h5}[ext]
+    return fn(path, chunk)
+
+
+def _checked(path: Any, chunks: Iterator[dict], fps: float | None) -> Iterator[dict]:
+    """Shape checks, inf → NaN, flags, timestamps that must not go backwards, at least one frame."""
+    start = 0
+    last_t = -math.inf
+    for c in chunks:
+        w = np.array(c["world"], dtype=np.float64)  # a private copy: never a view of a memmap
+        n = w.shape[0]
+        assert w.shape == (n, NUM_LANDMARKS, 3), w.shape
+        w[np.isinf(w)] = np.nan
+        finite = np.isfinite(w).all(axis=(1, 2))
+        c["world"] = w
+        c["detected"] = finite & np.asarray(c.get("detected", True), dtype=bool)
+        t = c.get("timestamps")
+        if t is None and fps is not None:
+            t = (start + np.arange(n)) / fps
+        if t is not None:
+            t = np.asarray(t, np.float64)
+            ok = t[np.isfinite(t)]
+            if ok.size:
+                seq = np.concatenate([[last_t], ok])
+                back = np.flatnonzero(np.diff(seq) < 0)
+                if back.size:
+                    j = int(back[0])
+                    # index of the offending frame among this chunk's frames
+                    frame = start + int(np.flatnonzero(np.isfinite(t))[j])
+                    raise _err(path, f"timestamps go backwards at frame {frame} ({seq[j]:.6g} s → "
+                                     f"{seq[j + 1]:.6g} s); sort the frames by time or fix the times")
+                last_t = float(ok[-1])
+            c["timestamps"] = t
+        c["start"] = start
+        start += n
+        yield c
+    if start == 0:
+        raise _err(path, "contains no frames; expected at least one row of 21 landmarks")
+
+
+def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None,
+                **video_options: Any) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Stream landmarks in chunks with bounded memory.
+
+    Yields ``(start, landmarks, timestamps)``: ``start`` the global index of the chunk's first frame,
+    ``landmarks`` ``(n, 21, 3)`` float64 metres (NaN for missing or non-finite values), ``timestamps``
+    ``(n,)`` float64 seconds (NaN where unknown, ``i / fps`` when ``fps`` is given). ``.npy`` files
+    are memory-mapped, Parquet is read by row batches, CSV and JSONL are streamed; ``.npz`` members
+    and videos are loaded whole. Several files / globs / folders are chained in order.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    offset = 0
+    for src in _expand(source):
+        for c in _checked(src, _reader(src, chunk_size, video_options), fps):
+            n = c["world"].shape[0]
+            t = c.get("timestamps")
+            yield offset + c["start"], c["world"], (np.full(n, np.nan) if t is None else t)
+        offset += c["start"] + n
+
+
+def load_landmarks(sources: Any, *, fps: float | None = None, on_error: str = "raise",
+                   **video_options: Any) -> LandmarkRecording:
+    """Load one or several landmark files, globs, folders, videos or image folders.
+
+    Args:
+        sources: a path, a glob string, a folder, a camera index, or a list of these.
+        fps: frames per second to assume for sources without timestamps (else their timestamps are
+            NaN).
+        on_error: ``"raise"`` (default) raises the first file's one-line ``ValueError``;
+            ``"skip"`` records it in ``notes`` and loads the remaining files.
+        **video_options: passed to :func:`wuji_jax.video.extract_landmarks` for videos and image
+            folders (``model``, ``hand``, ``mirrored``, ``min_confidence``, ``progress``, ``cache``).
+
+    Returns:
+        a :class:`LandmarkRecording`; each frame's file is ``sources[source_index[i]]``. Timestamps
+        restart with each source (see :meth:`LandmarkRecording.segments`).
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    parts: list[dict] = []
+    names: list[str] = []
+    notes: list[str] = []
+    fps_seen: list[float] = []
+    for src in _expand(sources):
+        try:
+            chunks = list(_checked(src, _reader(src, 1 << 20, video_options), fps))
+        except ValueError as e:
+            if on_error == "raise":
+                raise
+            notes.append(f"skipped {e}")
+            continue
+        meta = chunks[0].get("meta", {})
+        name = f"camera {src}" if isinstance(src, int) else str(src)
+        k = len(names)
+        names.append(name)
+        notes.extend(meta.get("notes", ()))
+        if meta.get("fps"):
+            fps_seen.append(float(meta["fps"]))
+        elif fps is not None:
+            fps_seen.append(float(fps))
+        part = _concat_chunks(chunks)
+        part["source_index"] = np.full(len(part["world"]), k, np.int64)
+        parts.append(part)
+        notes.extend(_file_notes(name, part))
+    if not parts:
+        raise ValueError(" ".join(("nothing loaded: " + "; ".join(notes)).split()))
+    has_image = all("image" in p for p in parts)
+    merged = {k: np.concatenate([p[k] for p in parts]) for k in
+              ("world", "timestamps", "detected", "handedness", "score", "source_index", "frame")}
+    sides = {names[i]: _majority(p["handedness"]) for i, p in enumerate(parts)}
+    distinct = {s for s in sides.values() if s}
+    if len(distinct) > 1:
+        notes.append("mixed handedness across sources: "
+                     + ", ".join(f"{s} in {n}" for n, s in sides.items() if s))
+    uniq_fps = sorted(set(fps_seen))
+    return LandmarkRecording(
+        world=merged["world"], timestamps=merged["timestamps"], detected=merged["detected"],
+        handedness=merged["handedness"].astype("<U5"), score=merged["score"],
+        image=np.concatenate([p["image"] for p in parts]) if has_image else None,
+        fps=uniq_fps[0] if len(uniq_fps) == 1 else None, sources=tuple(names),
+        source_index=merged["source_index"], frame_index=merged["frame"].astype(np.int64),
+        notes=tuple(notes))
+
+
+def _concat_chunks(chunks: list[dict]) -> dict[str, np.ndarray]:
+    n_total = sum(len(c["world"]) for c in chunks)
+    out = {"world": np.concatenate([c["world"] for c in chunks]),
+           "detected": np.concatenate([c["detected"] for c in chunks])}
+    fill = _empty_fields(n_total)
+    fill["frame"] = np.arange(n_total, dtype=np.float64)
+    for k, default in fill.items():
+        if any(k in c for c in chunks):
+            vals = []
+            for c in chunks:
+                m = len(c["world"])
+                vals.append(c[k] if k in c else default[:m])
+            v = np.concatenate(vals)
+            if k == "handedness":
+                v = np.asarray([_hand_label(x) for x in v.tolist()], dtype="<U5")
+            elif k == "frame":
+                bad = ~np.isfinite(v.astype(np.float64))
+                v = np.where(bad, np.arange(n_total), v).astype(np.int64)
+            out[k] = v
+        else:
+            out[k] = default if k != "frame" else default.astype(np.int64)
+    if all("image" in c for c in chunks):
+        out["image"] = np.concatenate([np.asarray(c["image"], np.float64) for c in chunks])
+    return out
+
+
+def _majority(h: np.ndarray) -> str:
+    right, left = int(np.count_nonzero(h == "Right")), int(np.count_nonzero(h == "Left"))
+    return "" if right == left == 0 else ("Right" if right >= left else "Left")
+
+
+def _file_notes(name: str, part: dict[str, np.ndarray]) -> list[str]:
+    notes = []
+    n = len(part["world"])
+    missing = np.flatnonzero(~part["detected"])
+    if missing.size:
+        notes.append(f"{name}: {missing.size} of {n} frames have no hand or non-finite values "
+                     f"(first at frame {int(part['frame'][missing[0]])}); kept and flagged")
+    h = part["handedness"]
+    right, left = int(np.count_nonzero(h == "Right")), int(np.count_nonzero(h == "Left"))
+    if right and left:
+        notes.append(f"{name}: mixed handedness, {right} frames Right and {left} Left")
+    units = check_units(part["world"])
+    if units:
+        notes.append(f"{name}: {units}")
+    return notes
+
+
+# ------------------------------------------------------------------------------------------------
+# Unit check
+# ------------------------------------------------------------------------------------------------
+
+
+def check_units(landmarks: Any) -> str | None:
+    """Describe a suspected unit problem in ``(*, 21, 3)`` landmarks meant to be metres, or None.
+
+    Judged on the median over finite frames of the hand size (wrist → middle-finger MCP, typically
+    6–12 cm) and extent (bounding-box diagonal, typically 5–40 cm). Recognises millimetres,
+    centimetres, pixels and MediaPipe's normalised image coordinates. None when nothing looks wrong,
+    or when no frame is finite.
+    """
+    a = np.asarray(landmarks, dtype=np.float64)
+    if a.shape[-2:] != (NUM_LANDMARKS, 3):
+        raise ValueError(f"check_units: landmarks have shape {a.shape}, expected (*, 21, 3)")
+    a = a.reshape(-1, NUM_LANDMARKS, 3)
+    a = a[np.isfinite(a).all(axis=(1, 2))]
+    if a.shape[0] == 0:
+        return None
+    size = float(np.median(np.linalg.norm(a[:, 9] - a[:, 0], axis=-1)))
+    extent = float(np.median(np.linalg.norm(a.max(axis=1) - a.min(axis=1), axis=-1)))
+    what = f"hand size (wrist to middle-finger MCP, median of {a.shape[0]} frames) is {size:.4g}"
+    if size > 200:
+        return f"{what}: looks like pixels; use MediaPipe's world landmarks, which are in metres"
+    if size >= 30:
+        return (f"{what}: looks like millimetres (or pixels); divide millimetres by 1000, or use "
+                "MediaPipe's world landmarks instead of pixel coordinates")
+    if size >= 3:
+        return f"{what}: looks like centimetres; divide by 100 to get metres"
+    xy = a[..., :2]
+    normalised = (xy.min() >= -0.05 and xy.max() <= 1.05
+                  and float(np.median(np.abs(a[:, 0, 2]))) < 1e-4
+                  and float(np.median(np.linalg.norm(a[:, 0, :2], axis=-1))) > 0.05)
+    if normalised:
+        return ("values look like MediaPipe normalised image coordinates (x, y in [0, 1], wrist z = 0), "
+                "not metres; use the world landmarks (hand_world_landmarks)")
+    if not 0.03 <= size <= 0.25:
+        return f"{what}, expected 0.06–0.12 m for metres; check the units"
+    if not 0.05 <= extent <= 0.40:
+        return (f"hand extent (bounding-box diagonal, median) is {extent:.4g}, expected 0.05–0.40 m; "
+                "the landmarks may be scrambled or in mixed units")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Writers
+# ------------------------------------------------------------------------------------------------
+
+
+def write_landmarks(path: str | os.PathLike, landmarks: Any, timestamps: Any = None, *,
+                    handedness: Any = None, score: Any = None) -> Path:
+    """Write ``(N, 21, 3)`` landmarks (or a :class:`LandmarkRecording`) in any input format.
+
+    The format follows the extension: ``.npy`` (landmarks only), ``.npz``, ``.csv``, ``.jsonl``,
+    ``.parquet``, ``.h5``/``.hdf5``. :func:`load_landmarks` reads every one back.
+    """
+    path = Path(path)
+    if isinstance(landmarks, LandmarkRecording):
+        if path.suffix.lower() == ".npz":
+            return landmarks.save(path)
+        rec = landmarks
+        landmarks, timestamps = rec.world, rec.timestamps if timestamps is None else timestamps
+        handedness = rec.handedness if handedness is None else handedness
+        score = rec.score if score is None else score
+    w = np.asarray(landmarks, dtype=np.float64)
+    if w.ndim != 3 or w.shape[1:] != (NUM_LANDMARKS, 3):
+        raise _err(path, f"landmarks have shape {w.shape}, expected (N, 21, 3)")
+    n = w.shape[0]
+    cols: dict[str, np.ndarray] = {}
+    if timestamps is not None:
+        cols["timestamp"] = np.asarray(timestamps, np.float64).reshape(n)
+    if handedness is not None:
+        cols["handedness"] = np.asarray(handedness, dtype=str).reshape(n)
+    if score is not None:
+        cols["score"] = np.asarray(score, np.float64).reshape(n)
+    ext = path.suffix.lower()
+    if ext == ".npy":
+        np.save(path, w)
+    elif ext == ".npz":
+        extra = {("timestamps" if k == "timestamp" else k): v for k, v in cols.items()}
+        np.savez_compressed(path, landmarks=w, **extra)
+    elif ext in (".csv", ".parquet", ".pq"):
+        table = {**cols}
+        flat = w.reshape(n, 3 * NUM_LANDMARKS)
+        for j, c in enumerate(LANDMARK_COLUMNS):
+            table[c] = flat[:, j]
+        write_results(path, table)
+    elif ext in (".jsonl", ".ndjson"):
+        with open(path, "w", encoding="utf-8") as f:
+            for i in range(n):
+                rec: dict[str, Any] = {}
+                if "timestamp" in cols:
+                    rec["t"] = _json_num(cols["timestamp"][i])
+                if np.isfinite(w[i]).all():
+                    rec["landmarks"] = w[i].tolist()
+                else:
+                    rec["landmarks"] = [[_json_num(x) for x in p] for p in w[i]] if np.isfinite(
+                        w[i]).any() else None
+                if "handedness" in cols:
+                    rec["handedness"] = str(cols["handedness"][i])
+                if "score" in cols:
+                    rec["score"] = _json_num(cols["score"][i])
+                f.write(json.dumps(rec) + "\n")
+    elif ext in (".h5", ".hdf5"):
+        h5py = _need("h5py", path)
+        with h5py.File(path, "w") as f:
+            f.create_dataset("landmarks", data=w, chunks=(min(max(n, 1), 4096), NUM_LANDMARKS, 3))
+            if "timestamp" in cols:
+                f.create_dataset("timestamps", data=cols["timestamp"])
+    else:
+        raise _err(path, f"unsupported extension '{path.suffix}'; use .npy, .npz, .csv, .jsonl, "
+                         ".parquet or .h5")
+    return path
+
+
+def _json_num(x: float) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _columns(table: Mapping[str, Any], names: Mapping[str, Sequence[str]] | None,
+             path: Path) -> tuple[dict[str, np.ndarray], dict[str, list[int]]]:
+    """Flatten ``(N, ...)`` arrays into 1-D columns; remember trailing shapes."""
+    names = dict(names or {})
+    cols: dict[str, np.ndarray] = {}
+    shapes: dict[str, list[int]] = {}
+    n = None
+    for key, value in table.items():
+        a = np.asarray(value)
+        if a.ndim == 0:
+            raise _err(path, f"'{key}' is a scalar; every entry must be an (N, ...) array")
+        if a.dtype.kind == "O":
+            raise _err(path, f"'{key}' holds Python objects; pass numbers, bools or strings")
+        if n is None:
+            n = a.shape[0]
+        elif a.shape[0] != n:
+            raise _err(path, f"'{key}' has {a.shape[0]} rows, the others {n}; all arrays need the "
+                             "same first dimension")
+        shapes[key] = list(a.shape[1:])
+        if a.ndim == 1:
+            cols[key] = a
+            continue
+        flat = a.reshape(a.shape[0], -1)
+        if key in names:
+            labels = list(names[key])
+            if len(labels) != flat.shape[1]:
+                raise _err(path, f"{len(labels)} names for '{key}', which has {flat.shape[1]} columns")
+            labels = [f"{key}_{lab}" if lab in table else str(lab) for lab in labels]
+        else:
+            idx = np.stack(np.unravel_index(np.arange(flat.shape[1]), a.shape[1:]), axis=-1)
+            labels = [key + "_" + "_".join(str(int(i)) for i in row) for row in idx]
+        for j, lab in enumerate(labels):
+            if lab in cols:
+                raise _err(path, f"column name '{lab}' occurs twice; rename '{key}' or its names")
+            cols[lab] = flat[:, j]
+    return cols, shapes
+
+
+def write_results(path: str | os.PathLike, table: Mapping[str, Any], *,
+                  names: Mapping[str, Sequence[str]] | None = None) -> Path:
+    """Write a dict of ``(N, ...)`` arrays as ``.parquet``, ``.csv`` or ``.npz``.
+
+    In Parquet and CSV each 1-D array is one column and an ``(N, k)`` array becomes columns
+    ``name_0 .. name_{k-1}`` (``(N, a, b)``: ``name_i_j``), or the labels in ``names[name]``, e.g.
+    ``names={"angles": hand.joint_names}``; ``pandas.read_parquet`` / ``pandas.read_csv`` open the
+    files as they are. ``.npz`` keeps the arrays with their shapes. Floats keep full precision.
+    """
+    path = Path(path)
+    ext = path.suffix.lower()
+    if ext not in _RESULT_EXTENSIONS:
+        raise _err(path, f"unsupported extension '{path.suffix}' for results; use .parquet, .csv or "
+                         ".npz")
+    if ext == ".npz":
+        arrays = {}
+        for k, v in table.items():
+            a = np.asarray(v)
+            if a.dtype.kind == "O":
+                raise _err(path, f"'{k}' holds Python objects; pass numbers, bools or strings")
+            arrays[k] = a
+        _columns(table, names, path)  # same row-count checks as the other formats
+        np.savez_compressed(path, **arrays)
+        return path
+    cols, shapes = _columns(table, names, path)
+    if ext in (".parquet", ".pq"):
+        pa = _need("pyarrow", path)
+        pq = _need("pyarrow.parquet", path)
+        t = pa.table({k: pa.array(v.tolist() if v.dtype.kind == "U" else v) for k, v in cols.items()})
+        meta = {b"wuji_jax.shapes": json.dumps(shapes).encode(),
+                b"wuji_jax.names": json.dumps({k: list(v) for k, v in (names or {}).items()}).encode()}
+        t = t.replace_schema_metadata({**(t.schema.metadata or {}), **meta})
+        pq.write_table(t, path)
+        return path
+    keys = list(cols)
+    texts = [_csv_texts(cols[k]) for k in keys]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(keys)
+        w.writerows(zip(*texts))
+    return path
+
+
+def _csv_texts(a: np.ndarray) -> list[str]:
+    if a.dtype.kind == "f":
+        return [repr(float(x)) for x in a.tolist()]  # shortest text that round-trips exactly
+    if a.dtype.kind == "b":
+        return ["True" if x else "False" for x in a.tolist()]
+    return [str(x) for x in a.tolist()]
+
+
+def read_results(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read a table written by :func:`write_results` back into arrays.
+
+    ``.npz`` and ``.parquet`` restore the original shapes and keys; for ``.csv`` columns named
+    ``name_0 .. name_{k-1}`` (``name_i_j`` ...) are stacked back into ``(N, k)`` (``(N, a, b)``)
+    arrays; columns written under ``names`` labels stay separate.
+    """
+    path = Path(path)
+    ext = path.suffix.lower()
+    if not path.exists():
+        raise _err(path, "no such file")
+    if ext == ".npz":
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    if ext in (".parquet", ".pq"):
+        pq = _need("pyarrow.parquet", path)
+        t = pq.read_table(path)
+        meta = t.schema.metadata or {}
+        cols = {name: np.asarray(t.column(name).to_numpy(zero_copy_only=False))
+                for name in t.column_names}
+        if b"wuji_jax.shapes" in meta:
+            shapes = json.loads(meta[b"wuji_jax.shapes"])
+            names = json.loads(meta.get(b"wuji_jax.names", b"{}"))
+            out = {}
+            for key, shape in shapes.items():
+                if not shape:
+                    out[key] = cols[key]
+                    continue
+                k = int(np.prod(shape))
+                if key in names:
+                    labels = [f"{key}_{lab}" if lab in shapes else str(lab) for lab in names[key]]
+                else:
+                    idx = np.stack(np.unravel_index(np.arange(k), shape), axis=-1)
+                    labels = [key + "_" + "_".join(str(int(i)) for i in row) for row in idx]
+                out[key] = np.stack([cols[lab] for lab in labels], axis=1).reshape(-1, *shape)
+            return out
+        return _regroup(cols)
+    if ext == ".csv":
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+        if not rows:
+            raise _err(path, "the file is empty")
+        header, body = rows[0], rows[1:]
+        cols = {}
+        for j, name in enumerate(header):
+            texts = [r[j] for r in body]
+            cols[name] = _parse_column(texts)
+        return _regroup(cols)
+    raise _err(path, f"unsupported extension '{path.suffix}' for results; use .parquet, .csv or .npz")
+
+
+def _parse_column(texts: list[str]) -> np.ndarray:
+    if texts and all(t in ("True", "False") for t in texts):
+        return np.asarray([t == "True" for t in texts])
+    try:
+        return np.asarray([float(t) if t else math.nan for t in texts], np.float64)
+    except ValueError:
+        return np.asarray(texts, dtype=str)
+
+
+def _regroup(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Stack columns ``name_i`` / ``name_i_j`` that fill a full index grid from 0 into arrays."""
+    groups: dict[tuple[str, int], dict[tuple[int, ...], str]] = {}
+    for name in cols:
+        m = re.fullmatch(r"(.+?)((?:_\d+)+)", name)
+        if m:
+            idx = tuple(int(x) for x in m.group(2).split("_")[1:])
+            groups.setdefault((m.group(1), len(idx)), {})[idx] = name
+    stacked: dict[str, tuple[str, np.ndarray]] = {}  # first column → (key, array)
+    used: set[str] = set()
+    for (base, _), members in groups.items():
+        dims = tuple(max(i[d] for i in members) + 1 for d in range(len(next(iter(members)))))
+        if base in cols or len(members) != int(np.prod(dims)):
+            continue
+        order = [members[i] for i in np.ndindex(*dims)]
+        arr = np.stack([cols[c] for c in order], axis=1).reshape(-1, *dims)
+        stacked[order[0]] = (base, arr)
+        used.update(order)
+    out: dict[str, np.ndarray] = {}
+    for name, v in cols.items():
+        if name in stacked:
+            out[stacked[name][0]] = stacked[name][1]
+        elif name not in used:
+            out[name] = v
+    return out
