@@ -1,0 +1,246 @@
+"""The ``wuji-jax`` command line: a thin layer over the library.
+
+Every verb does what one library call does (``wuji-jax pose fist`` is
+``wuji_jax.viz.draw_hand(hand, named_pose("fist"), path=...)``). Errors are one line on stderr,
+``wuji-jax: error: ...``, with exit status 2 for a bad command line or bad input values and 1 for a
+failure while running (a file that cannot be read or written, a missing optional dependency).
+
+Adding a verb takes a function that adds its parser, decorated with :func:`verb`::
+
+    @verb
+    def _solve_parser(sub):
+        p = sub.add_parser("solve", help="...", description="...")
+        p.add_argument("inputs", nargs="*")
+        p.set_defaults(run=_run_solve)      # _run_solve(args) -> int exit status
+
+Raise :class:`UsageError` for a bad argument value found after parsing; import heavy modules
+(jax, matplotlib) inside the ``_run_*`` function so that ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+__all__ = ["main", "verb", "build_parser", "UsageError"]
+
+PROG = "wuji-jax"
+
+
+class UsageError(ValueError):
+    """A bad command line or input value: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error raises :class:`UsageError` instead of printing usage and exiting."""
+
+    def error(self, message: str):  # argparse's hook; must not return
+        if message.endswith("expected one argument"):
+            message += " (a value that starts with '-' needs the form --option=VALUE)"
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+_VERBS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def verb(add_parser: Callable[[argparse._SubParsersAction], None]):
+    """Register a verb: ``add_parser(sub)`` calls ``sub.add_parser(...)`` and sets ``run=fn(args) -> int``."""
+    _VERBS.append(add_parser)
+    return add_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``wuji-jax`` parser with every registered verb."""
+    parser = _Parser(
+        prog=PROG,
+        description="Wuji Glove WG110v12 hand model in JAX: pictures, IK, Inspire hand commands.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    for add in _VERBS:
+        add(sub)
+    return parser
+
+
+def _one_line(message) -> str:
+    return " ".join(str(message).split()) or "unknown error"
+
+
+def _fail(message, status: int) -> int:
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line (``argv`` defaults to ``sys.argv[1:]``); returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.run(args) or 0)
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else _fail(e.code, 1))
+    except UsageError as e:
+        return _fail(e, 2)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except (ValueError, OSError, ImportError) as e:
+        return _fail(e, 1)
+    except Exception as e:  # a bug: still one line, but say what it was
+        return _fail(f"unexpected {type(e).__name__}: {e}", 1)
+
+
+# --------------------------------------------------------------------------------------------- pose
+
+_LIMIT_TOL = 1e-6  # rad: a limit typed back from a rounded printout still counts as inside
+
+
+def _parse_angle_list(text: str) -> list[float]:
+    import re
+
+    items = [s for s in re.split(r"[,\s]+", text.strip()) if s != ""]
+    out = []
+    for i, s in enumerate(items):
+        try:
+            out.append(float(s))
+        except ValueError:
+            raise UsageError(f"--angles: value {i} ({s!r}) is not a number") from None
+    return out
+
+
+def _load_angle_file(path: str):
+    import numpy as np
+
+    try:
+        if path.endswith(".npy"):
+            arr = np.load(path, allow_pickle=False)
+        else:
+            arr = np.loadtxt(path, delimiter="," if path.endswith(".csv") else None, ndmin=1)
+    except OSError as e:
+        raise OSError(f"--angles-file {path}: cannot read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise UsageError(f"--angles-file {path}: not a numeric array ({e})") from None
+    if not np.issubdtype(arr.dtype, np.number):
+        raise UsageError(f"--angles-file {path}: not a numeric array (dtype {arr.dtype})")
+    return arr
+
+
+def _check_angles(hand, values, source: str = "angles", degrees: bool = False):
+    """Validate one pose ``values`` (radians, or degrees if ``degrees``) for ``hand``; return ``(n,)`` radians.
+
+    Raises :class:`UsageError` (a ``ValueError``) naming the problem: wrong count, non-finite value, or the
+    first joint outside its limits.
+    """
+    import numpy as np
+
+    q = np.asarray(values, dtype=np.float64)
+    n = hand.num_joints
+    if q.ndim == 2 and q.shape[0] == 1:
+        q = q[0]
+    if q.ndim != 1:
+        raise UsageError(f"{source}: expected one pose of {n} values, got an array of shape {q.shape}")
+    if q.shape[0] != n:
+        raise UsageError(f"{source}: expected {n} values (order: wuji-jax pose --list), got {q.shape[0]}")
+    bad = np.flatnonzero(~np.isfinite(q))
+    if bad.size:
+        i = int(bad[0])
+        raise UsageError(f"{source}: value {i} ({hand.joint_names[i]}) is {q[i]}, not a finite number")
+    unit = "deg" if degrees else "rad"
+    if degrees:
+        q = np.deg2rad(q)
+    lo, hi = np.asarray(hand.lower, np.float64), np.asarray(hand.upper, np.float64)
+    out = np.flatnonzero((q < lo - _LIMIT_TOL) | (q > hi + _LIMIT_TOL))
+    if out.size:
+        i = int(out[0])
+        conv = np.rad2deg if degrees else (lambda x: x)
+        more = f" (and {out.size - 1} more joint{'s' if out.size > 2 else ''})" if out.size > 1 else ""
+        raise UsageError(
+            f"{source}: joint {i} {hand.joint_names[i]} = {conv(q[i]):.4g} {unit} is outside its limits "
+            f"[{conv(lo[i]):.4g}, {conv(hi[i]):.4g}] {unit}{more}"
+        )
+    return q
+
+
+@verb
+def _pose_parser(sub) -> None:
+    p = sub.add_parser(
+        "pose",
+        help="draw the hand at a named pose or given joint angles",
+        description="Draw the hand in three orthographic views (front X-Y, top X-Z, side Y-Z) at a named "
+        "pose or at 20 joint angles (radians unless --degrees, order as --list prints).",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="named pose (default: open); see --list")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--angles", metavar="A0,...,A19",
+                     help="20 comma-separated joint angles; write --angles=-0.1,... if the first is negative")
+    src.add_argument("--angles-file", metavar="FILE",
+                     help="joint angles from a .npy (or .txt/.csv) file holding 20 values")
+    p.add_argument("--degrees", action="store_true", help="--angles / --angles-file are in degrees")
+    p.add_argument("--side", choices=("right", "left"), default="right", help="hand (default: right)")
+    p.add_argument("-o", "--output", metavar="OUT.png",
+                   help="picture to write (default: pose_<NAME>_<side>.png); .svg and .pdf work too")
+    p.add_argument("--list", action="store_true", help="list the named poses and the joint order, then exit")
+    p.set_defaults(run=_run_pose)
+
+
+def _run_pose(args) -> int:
+    from .poses import POSES
+
+    if args.list:
+        print("poses: " + ", ".join(POSES))
+        from .model import load_hand
+
+        hand = load_hand(args.side)
+        print("joints (angle order, limits in rad):")
+        for i, (n, lo, hi) in enumerate(zip(hand.joint_names, hand.lower, hand.upper)):
+            print(f"  {i:2d} {n:24s} [{float(lo):+.3f}, {float(hi):+.3f}]")
+        return 0
+
+    given = args.angles is not None or args.angles_file is not None
+    if args.name is not None and given:
+        raise UsageError("give a pose NAME or --angles/--angles-file, not both")
+    if args.degrees and not given:
+        raise UsageError("--degrees applies only to --angles or --angles-file")
+    if not given and args.name is not None and args.name not in POSES:
+        raise UsageError(f"unknown pose {args.name!r}; choose one of: {', '.join(POSES)}")
+
+    out = Path(args.output) if args.output else None
+    if out is not None:
+        if not out.suffix:
+            out = out.with_suffix(".png")
+        elif out.suffix.lower().lstrip(".") not in _image_formats():
+            raise UsageError(f"-o {args.output}: unknown picture format {out.suffix!r}; use .png, .svg or .pdf")
+
+    from . import viz
+    from .model import load_hand
+    from .poses import named_pose
+
+    hand = load_hand(args.side)
+    if given:
+        if args.angles is not None:
+            q = _check_angles(hand, _parse_angle_list(args.angles), "--angles", args.degrees)
+            label, what = "angles", "given angles"
+        else:
+            q = _check_angles(hand, _load_angle_file(args.angles_file), f"--angles-file {args.angles_file}",
+                             args.degrees)
+            label, what = Path(args.angles_file).stem, f"angles from {Path(args.angles_file).name}"
+    else:
+        label = args.name or "open"
+        q, what = named_pose(label), f"pose '{label}'"
+    if out is None:
+        out = Path(f"pose_{label}_{args.side}.png")
+
+    viz.draw_hand(hand, q, path=out, title=f"WG110v12 {args.side} hand — {what}")
+    print(f"wrote {out}")
+    return 0
+
+
+def _image_formats() -> set[str]:
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:  # reported properly when drawing
+        return {"png", "svg", "pdf"}
+    return set(FigureCanvasBase.get_supported_filetypes())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
