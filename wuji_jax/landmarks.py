@@ -10,6 +10,11 @@ __all__ = [
     "PALM_LANDMARKS",
     "KEYPOINT_LINKS",
     "HAND_CONNECTIONS",
+    "check_landmarks",
+    "unit_problem",
+    "hand_extent",
+    "chirality",
+    "detect_side",
 ]
 
 NUM_LANDMARKS = 21
@@ -52,3 +57,118 @@ HAND_CONNECTIONS: tuple[tuple[int, int], ...] = (
     (9, 13), (13, 14), (14, 15), (15, 16),
     (13, 17), (0, 17), (17, 18), (18, 19), (19, 20),
 )
+
+
+# ------------------------------------------------------------------------------- validation (numpy)
+
+import numpy as _np  # noqa: E402  (kept below the constants: this module is mostly data)
+
+
+def hand_extent(landmarks) -> _np.ndarray:
+    """Diagonal of each frame's bounding box over its finite landmarks, ``(*batch,)`` (input units)."""
+    lm = _np.asarray(landmarks, _np.float64)
+    finite = _np.isfinite(lm).all(-1, keepdims=True)
+    hi = _np.where(finite, lm, -_np.inf).max(-2)
+    lo = _np.where(finite, lm, _np.inf).min(-2)
+    ext = _np.linalg.norm(hi - lo, axis=-1)
+    return _np.where(_np.isfinite(ext), ext, _np.nan)
+
+
+def unit_problem(landmarks) -> str | None:
+    """Describe why ``(*batch, 21, 3)`` landmarks do not look like metres, or ``None`` if they do.
+
+    A human hand spans 5–40 cm (bounding-box diagonal). Judged on the median over frames, so single
+    bad frames are left to the solver's flags.
+    """
+    lm = _np.asarray(landmarks, _np.float64).reshape(-1, 21, 3)
+    ext = hand_extent(lm)
+    ok = _np.isfinite(ext) & (ext > 0)
+    if not ok.any():
+        return None
+    e = float(_np.median(ext[ok]))
+    good = lm[ok]
+    xy, z = good[..., :2], good[..., 2]
+    fin = _np.isfinite(xy).all(-1)
+    xy_span = _np.nanmedian(_np.linalg.norm(_np.nanmax(xy, 1) - _np.nanmin(xy, 1), axis=-1))
+    z_span = _np.nanmedian(_np.nanmax(z, 1) - _np.nanmin(z, 1))
+    flat_z = z_span < 0.15 * max(xy_span, 1e-12)
+    if e > 0.40:
+        if flat_z and _np.nanmin(xy[fin]) >= 0 and e > 20:
+            return (f"landmarks look like pixel coordinates (hand spans {e:.0f} units, flat z); pass "
+                    "MediaPipe world landmarks in metres (HandLandmarkerResult.hand_world_landmarks)")
+        if 50 <= e <= 400:
+            return f"landmarks look like millimetres (hand spans {e:.0f} units); divide by 1000 to pass metres"
+        return (f"hand spans {e:.3g} units, far above a human hand's 5–40 cm; pass metres "
+                "(MediaPipe world landmarks)")
+    in_unit = fin.all() and _np.nanmin(xy) >= 0 and _np.nanmax(xy) <= 1 and _np.nanmax(_np.abs(z)) < 0.3
+    wrist_at_origin = _np.nanmedian(_np.linalg.norm(good[:, 0], axis=-1)) < 1e-6
+    if in_unit and not wrist_at_origin and _np.nanmin(xy) > 0.005 and flat_z:
+        return ("landmarks look like normalised image coordinates (x, y in [0, 1], flat z); pass "
+                "MediaPipe world landmarks in metres (HandLandmarkerResult.hand_world_landmarks)")
+    if e < 0.05:
+        if e >= 0.005:
+            return (f"hand spans {e * 100:.2g} units, far below 5–40 cm: centimetres or decimetres? "
+                    "pass metres")
+        return f"hand spans {e:.3g} units, far below a human hand's 5–40 cm; pass metres"
+    return None
+
+
+def check_landmarks(landmarks, check_units: bool = True) -> _np.ndarray:
+    """Validate ``(*batch, 21, 3)`` landmarks (metres) and return them as a float array.
+
+    NaN/inf entries are allowed (they mark missing landmarks), but not everywhere.
+
+    Raises:
+        ValueError: saying what was found and what to pass instead.
+    """
+    try:
+        lm = _np.asarray(landmarks)
+    except Exception as e:  # ragged lists and the like
+        raise ValueError(f"landmarks could not be read as an array: {e}") from None
+    if lm.dtype == object or not (_np.issubdtype(lm.dtype, _np.number) or lm.dtype == bool):
+        raise ValueError(f"landmarks must be numeric, got dtype {lm.dtype}")
+    if not _np.issubdtype(lm.dtype, _np.floating):
+        lm = lm.astype(_np.float64)
+    if lm.ndim >= 1 and lm.shape[-1] == 63:
+        raise ValueError(f"landmarks have shape {lm.shape}: flat rows of 63; reshape to (..., 21, 3) first")
+    if lm.ndim < 2 or lm.shape[-2:] != (21, 3):
+        hint = ""
+        if lm.ndim >= 2 and lm.shape[-2:] == (21, 2):
+            hint = " (2-D image points; pass 3-D world landmarks in metres)"
+        elif lm.ndim >= 2 and lm.shape[-1] == 3:
+            hint = f" ({lm.shape[-2]} points per frame; MediaPipe hands have 21)"
+        raise ValueError(f"landmarks must have shape (*batch, 21, 3); got {lm.shape}{hint}")
+    if lm.size and not _np.isfinite(lm).any():
+        raise ValueError("landmarks contain no finite value (all NaN/inf); nothing to fit")
+    if check_units:
+        problem = unit_problem(lm)
+        if problem:
+            raise ValueError(problem + " (or pass check_units=False)")
+    return lm
+
+
+def chirality(landmarks) -> _np.ndarray:
+    """Per-frame chirality ``(*batch,)``: +1 right-hand geometry, −1 left, 0 undecided.
+
+    The palm normal ``(index MCP − wrist) × (pinky MCP − wrist)`` points palmar on a right hand
+    (towards the thumb's CMC and MCP) and dorsal on a left one; mirroring flips the sign.
+    """
+    lm = _np.asarray(landmarks, _np.float64)
+    w = lm[..., 0, :]
+    n = _np.cross(lm[..., 5, :] - w, lm[..., 17, :] - w)
+    nn = _np.linalg.norm(n, axis=-1)
+    side = ((lm[..., 1, :] - w) + (lm[..., 2, :] - w))
+    c = (n * side).sum(-1) / _np.maximum(nn, 1e-300)
+    scale = _np.linalg.norm(lm[..., 9, :] - w, axis=-1)
+    decided = _np.isfinite(c) & (nn > 1e-12) & (_np.abs(c) > 0.05 * _np.maximum(scale, 1e-300))
+    return _np.where(decided, _np.sign(c), 0).astype(_np.int8)
+
+
+def detect_side(landmarks) -> str | None:
+    """``"right"``/``"left"`` by majority chirality over frames, ``None`` if undecided."""
+    c = chirality(landmarks).reshape(-1)
+    votes = int((c > 0).sum()) - int((c < 0).sum())
+    decided = int((c != 0).sum())
+    if decided == 0 or abs(votes) < 0.5 * decided:
+        return None
+    return "right" if votes > 0 else "left"

@@ -1,0 +1,928 @@
+"""Landmark-fitting IK: 21 MediaPipe landmarks → 20 joint angles, wrist pose and hand scale.
+
+Model of an observation (frame of the input, metres)::
+
+    y_k ≈ s · R · m_k(q) + t,        k = 0..20
+
+with ``m_k(q)`` the model keypoints in the wrist frame (:func:`wuji_jax.forward_keypoints`), ``R, t``
+the wrist pose and ``s`` the hand scale. The solver
+
+1. initialises ``(s, R, t)`` in closed form from the six palm landmarks (wrist, thumb CMC, four MCPs),
+   which do not move with ``q`` (weighted Horn/Umeyama: the rotation is the dominant eigenvector of
+   Horn's 4×4 matrix, found by repeated squaring, so it is always a proper rotation);
+2. runs a fixed number of Levenberg–Marquardt iterations over ``(q, φ, δt, σ)`` with a Huber loss
+   (IRLS weights), per-landmark confidences, joint-limit and prior penalties and the thumb coupling
+   (hard: the rotation follows the law; soft: free but penalised towards it), accepting a step only
+   where it lowers the cost, frame by frame;
+3. projects the angles onto the limits.
+
+The Gauss–Newton matrix has an arrow structure: each finger's keypoints depend only on its own joints
+and on the wrist pose. The solver forms it from the analytic (geometric) Jacobian and eliminates the
+finger blocks by a Schur complement, so each iteration solves five tiny systems and one 7×7, all
+unrolled component-wise over the batch (no dense 27×27 factorisation, no autodiff Jacobian).
+
+Everything is a pure JAX function of ``(hand, landmarks, weights, config)``: batched over any leading
+axes, jit-compiled, and differentiable by unrolling the fixed iteration budget (reverse mode through
+the loop). :func:`landmark_loss` exposes the same objective for optax (:func:`solve_optax`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .kinematics import _check_q, _coupled_rows
+from .landmarks import check_landmarks, detect_side
+from .model import _ACTIVE, _MIMIC, HandModel
+
+__all__ = [
+    "SolverConfig",
+    "IKResult",
+    "solve",
+    "solve_optax",
+    "landmark_loss",
+    "pose_from_palm",
+    "FLAG_TOO_FEW_LANDMARKS",
+    "FLAG_BAD_SCALE",
+    "FLAG_HIGH_RESIDUAL",
+    "FLAG_MIRRORED",
+]
+
+FLAG_TOO_FEW_LANDMARKS = 1  #: fewer than ``config.min_landmarks`` usable landmarks, or < 3 palm points
+FLAG_BAD_SCALE = 2  #: estimated hand scale outside [0.3, 3] × the model (units? wrong data?)
+FLAG_HIGH_RESIDUAL = 4  #: RMS residual above ``config.flag_residual``
+FLAG_MIRRORED = 8  #: the palm's chirality is that of the other hand
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverConfig:
+    """Settings of :func:`solve`. Counts and modes are static (part of the jit key); weights are traced.
+
+    Attributes:
+        iterations: LM iterations (fixed budget; static). 10 reach < 0.01° on noise-free data.
+        coupling: ``"hard"`` (thumb rotation = the law) or ``"soft"`` (free, penalised towards it).
+        estimate_scale: fit the hand scale ``s`` (else ``s = 1``).
+        huber_delta: metres; landmark errors beyond it count linearly (robust to outliers).
+        limit_weight: penalty per rad² of limit violation, relative to (1 cm)² of landmark error.
+        prior_weight: pull towards the initial angles per rad², relative to (1 cm)²; keeps joints of
+            masked fingers defined.
+        coupling_weight: soft-coupling penalty per rad² of deviation from the law.
+        damping: initial LM damping λ (relative to the diagonal).
+        min_landmarks: frames with fewer usable landmarks are flagged and return the neutral pose.
+        flag_residual: metres; frames with a larger RMS residual get :data:`FLAG_HIGH_RESIDUAL`.
+    """
+
+    iterations: int = 10
+    coupling: str = "hard"
+    estimate_scale: bool = True
+    huber_delta: float = 0.02
+    limit_weight: float = 100.0
+    prior_weight: float = 1e-4
+    coupling_weight: float = 10.0
+    damping: float = 1e-3
+    min_landmarks: int = 8
+    flag_residual: float = 0.02
+
+    def __post_init__(self):
+        if self.coupling not in ("hard", "soft"):
+            raise ValueError(f"coupling must be 'hard' or 'soft', got {self.coupling!r}")
+        if int(self.iterations) < 0:
+            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+
+    def _static(self):
+        return (int(self.iterations), self.coupling, bool(self.estimate_scale), int(self.min_landmarks))
+
+    def _traced(self):
+        return dict(
+            huber_delta=self.huber_delta, limit_weight=self.limit_weight, prior_weight=self.prior_weight,
+            coupling_weight=self.coupling_weight, damping=self.damping, flag_residual=self.flag_residual,
+        )
+
+
+class IKResult(NamedTuple):
+    """Output of :func:`solve` (a pytree; every field has the input's leading batch shape).
+
+    Attributes:
+        angles: ``(*batch, 20)`` joint angles, radians, within limits (seed ID order).
+        coupled: ``(*batch, M)`` coupled joint angles (``thumb_cmc_rot``), radians.
+        rotation: ``(*batch, 3, 3)`` wrist rotation, model wrist frame → input frame.
+        translation: ``(*batch, 3)`` wrist position in the input frame, metres.
+        scale: ``(*batch,)`` hand size relative to the model (1 = WG110v12 default).
+        keypoints: ``(*batch, 21, 3)`` fitted model keypoints in the input frame, metres.
+        residual: ``(*batch,)`` RMS distance between fitted and usable landmarks, metres.
+        errors: ``(*batch, 21)`` per-landmark distance, metres (0 where a landmark was masked).
+        valid: ``(*batch,)`` bool, frame had enough usable landmarks.
+        converged: ``(*batch,)`` bool, last step changed the cost by < 1e-9 relative.
+        iterations: ``(*batch,)`` accepted LM steps.
+        flags: ``(*batch,)`` int32 bit set of ``FLAG_*``.
+    """
+
+    angles: jax.Array
+    coupled: jax.Array
+    rotation: jax.Array
+    translation: jax.Array
+    scale: jax.Array
+    keypoints: jax.Array
+    residual: jax.Array
+    errors: jax.Array
+    valid: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+    flags: jax.Array
+
+
+# ------------------------------------------------------------------------------ structure (static)
+
+_REF = 0.01  # residuals are measured in units of 1 cm inside the solver
+
+
+def _ancestors(hand: HandModel, link: int) -> list[int]:
+    out = []
+    while link > 0:
+        out.append(link)
+        link = hand.parents[link]
+    return out[::-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chains:
+    """The model as G padded serial chains (one per finger) of depth D, K keypoints, V variables.
+
+    Index arrays are numpy (static). Link index ``L`` (one past the last) is a padding link: no
+    offset, identity rotation, zero axis. Angle/variable index ``n + M`` is a constant zero.
+    """
+
+    G: int
+    D: int
+    K: int
+    V: int
+    link: np.ndarray  # (G, D) link index or L (pad)
+    angle: np.ndarray  # (G, D) index into [q (n), coupled (M), 0]
+    kp_depth: np.ndarray  # (G, K) depth whose link origin is the keypoint
+    kp_id: np.ndarray  # (G, K) keypoint index 0..20, or -1 (pad)
+    var: np.ndarray  # (G, V) index into [q (n), coupled (M)] or n + M (pad)
+    var_pos: np.ndarray  # (n + M, 2) (g, v) of each variable
+    root_kps: tuple  # keypoints on the root link (the wrist)
+    palm_kps: tuple  # keypoints with no joint before them (palm)
+
+
+@functools.lru_cache(maxsize=64)
+def _chains_cached(parents, kinds, q_index, mimic_index, mimic_sources, keypoint_links, n, soft):
+    L = len(parents)
+    M = len(mimic_sources)
+
+    def anc(link):
+        out = []
+        while link > 0:
+            out.append(link)
+            link = parents[link]
+        return out[::-1]
+
+    def joints_of(links):
+        js = set()
+        for l in links:
+            if kinds[l] == _ACTIVE:
+                js.add(q_index[l])
+            elif kinds[l] == _MIMIC:
+                js.update(mimic_sources[mimic_index[l]])
+        return js
+
+    # group keypoints by the first link below the root on their path (the finger's metacarpal)
+    groups: dict[int, list[int]] = {}
+    root_kps = []
+    for k, l in enumerate(keypoint_links):
+        path = anc(l)
+        if not path:
+            root_kps.append(k)
+        else:
+            groups.setdefault(path[0], []).append(k)
+    glist = list(groups.values())
+    G = len(glist)
+    paths, kds = [], []
+    for kps in glist:
+        deepest = max(kps, key=lambda k: len(anc(keypoint_links[k])))
+        path = anc(keypoint_links[deepest])
+        for k in kps:
+            if keypoint_links[k] not in path:
+                raise ValueError(
+                    "the solver needs each finger's keypoints on one serial chain; keypoint "
+                    f"{k} branches off")
+        paths.append(path)
+    D = max(len(p) for p in paths)
+    K = max(len(k) for k in glist)
+    link = np.full((G, D), L)
+    angle = np.full((G, D), n + M)
+    kp_depth = np.zeros((G, K), int)
+    kp_id = np.full((G, K), -1)
+    gvars = []
+    for g, (kps, path) in enumerate(zip(glist, paths)):
+        off = D - len(path)  # pad at the front (identity links before the metacarpal)
+        for d, l in enumerate(path):
+            link[g, off + d] = l
+            if kinds[l] == _ACTIVE:
+                angle[g, off + d] = q_index[l]
+            elif kinds[l] == _MIMIC:
+                angle[g, off + d] = n + mimic_index[l]
+        for i, k in enumerate(kps):
+            kp_depth[g, i] = off + path.index(keypoint_links[k])
+            kp_id[g, i] = k
+        vs = sorted(joints_of(path))
+        if soft:
+            vs += [n + mimic_index[l] for l in path if kinds[l] == _MIMIC]
+        gvars.append(vs)
+    seen = [v for vs in gvars for v in vs]
+    if len(seen) != len(set(seen)):
+        raise ValueError("the solver needs fingers that share no joint")
+    V = max(len(v) for v in gvars)
+    var = np.full((G, V), n + M)
+    var_pos = np.zeros((n + M, 2), int)
+    for g, vs in enumerate(gvars):
+        for v, j in enumerate(vs):
+            var[g, v] = j
+            var_pos[j] = (g, v)
+    palm = tuple(sorted(root_kps + [int(kp_id[g, i]) for g in range(G) for i in range(K)
+                                    if kp_id[g, i] >= 0 and not joints_of(paths[g][: kp_depth[g, i] - (D - len(paths[g]))])]))
+    return _Chains(G, D, K, V, link, angle, kp_depth, kp_id, var, var_pos, tuple(root_kps), palm)
+
+
+def _chains(hand: HandModel, soft: bool) -> _Chains:
+    if len(hand.keypoint_links) != 21:
+        raise ValueError("the solver needs a model with a 21-keypoint MediaPipe map (e.g. wj.load_hand())")
+    c = _chains_cached(hand.parents, hand.kinds, hand.q_index, hand.mimic_index, hand.mimic_sources,
+                       hand.keypoint_links, hand.num_joints, soft)
+    if len(c.palm_kps) < 3:
+        raise ValueError("the solver needs >= 3 keypoints fixed to the root (palm) to initialise the pose")
+    return c
+
+
+# ------------------------------------------------------------------- batch-last array helpers
+# Arrays carry the batch as their LAST axis, so every op is a contiguous, vectorised loop over frames.
+
+
+def _sum(x, axis):
+    """Sum over small axes by explicit adds of slices.
+
+    XLA:CPU (jaxlib 0.10) mis-compiled ``jnp.sum`` over a middle axis of a broadcast product at
+    batch ≥ ~4096 (a wrong Jacobian; tests/test_solver.py pins the batch-size invariance), and the
+    axes summed here have 3–21 entries, so unrolled adds cost nothing.
+    """
+    axes = sorted((axis,) if isinstance(axis, int) else tuple(axis), reverse=True)
+    for ax in axes:
+        ax = ax % x.ndim
+        parts = [jax.lax.index_in_dim(x, i, ax, keepdims=False) for i in range(x.shape[ax])]
+        acc = parts[0]
+        for p in parts[1:]:
+            acc = acc + p
+        x = acc
+    return x
+
+
+def _mm(a, b):
+    """(..., i, j, B) @ (..., j, k, B) → (..., i, k, B)."""
+    return _sum(a[..., :, :, None, :] * b[..., None, :, :, :], axis=-3)
+
+
+def _mv(a, v):
+    """(..., i, j, B) @ (..., j, B) → (..., i, B)."""
+    return _sum(a * v[..., None, :, :], axis=-2)
+
+
+def _cross(a, b):
+    """Cross product over axis −2 of (..., 3, B) arrays."""
+    a0, a1, a2 = a[..., 0, :], a[..., 1, :], a[..., 2, :]
+    b0, b1, b2 = b[..., 0, :], b[..., 1, :], b[..., 2, :]
+    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-2)
+
+
+def _rot(axis, s, c):
+    """Rotation matrices (..., 3, 3, B) about unit axes (..., 3, 1) or (..., 3, B) by angles with sin
+    ``s`` and cos ``c`` (..., B)."""
+    x, y, z = axis[..., 0, :], axis[..., 1, :], axis[..., 2, :]
+    t = 1.0 - c
+    rows = [
+        [c + x * x * t, x * y * t - z * s, x * z * t + y * s],
+        [y * x * t + z * s, c + y * y * t, y * z * t - x * s],
+        [z * x * t - y * s, z * y * t + x * s, c + z * z * t],
+    ]
+    return jnp.stack([jnp.stack(r, axis=-2) for r in rows], axis=-3)
+
+
+def _so3_exp(phi):
+    """Rotation matrices ``(3, 3, B)`` of rotation vectors ``phi (3, B)``; safe and smooth at 0."""
+    th2 = _sum(phi * phi, axis=0)
+    small = th2 < 1e-8
+    th2s = jnp.where(small, 1.0, th2)
+    th = jnp.sqrt(th2s)
+    a = jnp.where(small, 1.0 - th2 / 6.0, jnp.sin(th) / th)
+    b = jnp.where(small, 0.5 - th2 / 24.0, (1.0 - jnp.cos(th)) / th2s)
+    x, y, z = phi[0], phi[1], phi[2]
+    rows = [
+        [1 - b * (y * y + z * z), -a * z + b * x * y, a * y + b * x * z],
+        [a * z + b * x * y, 1 - b * (x * x + z * z), -a * x + b * y * z],
+        [-a * y + b * x * z, a * x + b * y * z, 1 - b * (x * x + y * y)],
+    ]
+    return jnp.stack([jnp.stack(r, 0) for r in rows], 0)
+
+
+def _chol_solve(A, rhs):
+    """Solve ``A X = rhs`` for SPD ``A (..., n, n, B)`` and ``rhs (..., n, r, B)`` by an unrolled
+    Cholesky factorisation (n is small and static); vectorised over ``...`` and ``B``."""
+    n = A.shape[-3]
+    L = [[None] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1):
+            s = A[..., i, j, :]
+            for k in range(j):
+                s = s - L[i][k] * L[j][k]
+            if i == j:
+                L[i][i] = jnp.sqrt(jnp.maximum(s, 1e-12))
+            else:
+                L[i][j] = s / L[j][j]
+    y = []
+    for i in range(n):
+        s = rhs[..., i, :, :]
+        for k in range(i):
+            s = s - L[i][k][..., None, :] * y[k]
+        y.append(s / L[i][i][..., None, :])
+    x = [None] * n
+    for i in reversed(range(n)):
+        s = y[i]
+        for k in range(i + 1, n):
+            s = s - L[k][i][..., None, :] * x[k]
+        x[i] = s / L[i][i][..., None, :]
+    return jnp.stack(x, axis=-3)
+
+
+def _huber(r2, delta):
+    """Huber ρ of the distance r (given r²), quadratic part r²/2; and the IRLS weight ρ'(r)/r."""
+    r = jnp.sqrt(jnp.maximum(r2, 1e-30))
+    quad = r <= delta
+    rho = jnp.where(quad, 0.5 * r2, delta * (r - 0.5 * delta))
+    w = jnp.where(quad, 1.0, delta / r)
+    return rho, w
+
+
+# ------------------------------------------------------------------------------------------ FK + J
+
+
+def _chain_params(hand: HandModel, ch: _Chains, dtype):
+    """Per (g, d) link parameters gathered from the model's leaves, padding link appended."""
+    xyz = jnp.concatenate([hand.origin_xyz, jnp.zeros((1, 3), dtype)])[ch.link]  # (G, D, 3)
+    O = jnp.concatenate([hand.origin_rot, jnp.eye(3, dtype=dtype)[None]])[ch.link]  # (G, D, 3, 3)
+    ax = jnp.concatenate([hand.axis, jnp.zeros((1, 3), dtype)])[ch.link]  # (G, D, 3)
+    return xyz, O, ax
+
+
+def _fk(hand, ch, params, ang, want_jac):
+    """Chains' keypoints ``(G, K, 3, B)`` and joint Jacobians ``(G, K, D, 3, B)`` (per link angle).
+
+    ang: ``(G, D, B)`` link angles.
+    """
+    xyz, O, ax = params
+    G, D = ch.G, ch.D
+    B = ang.shape[-1]
+    dtype = ang.dtype
+    sin, cos = jnp.sin(ang), jnp.cos(ang)
+    origins, axes_w, pos = [], [], []
+    for d in range(D):
+        if d == 0:  # the chain starts at the root: no product with an identity (cheaper, and XLA:CPU
+            # float32 mis-evaluated the broadcast-identity product at batch >= 128)
+            p = jnp.broadcast_to(xyz[:, 0, :, None], (G, 3, B))
+            R = jnp.broadcast_to(O[:, 0, :, :, None], (G, 3, 3, B))
+        else:
+            p = p + _mv(R, xyz[:, d, :, None])
+            R = _mm(R, O[:, d, :, :, None])
+        pos.append(p)
+        if want_jac:
+            axes_w.append(_mv(R, ax[:, d, :, None]))
+        R = _mm(R, _rot(ax[:, d, :, None], sin[:, d], cos[:, d]))
+    P = jnp.stack(pos, axis=1)  # (G, D, 3, B)
+    kp = jnp.stack([P[g, ch.kp_depth[g]] for g in range(G)])  # (G, K, 3, B)
+    if not want_jac:
+        return kp, None
+    W = jnp.stack(axes_w, axis=1)  # (G, D, 3, B)
+    J = _cross(W[:, None], kp[:, :, None] - P[:, None])  # (G, K, D, 3, B)
+    mask = (np.arange(D)[None, None, :] < ch.kp_depth[:, :, None]).astype(np.float64)  # joint before kp
+    return kp, J * jnp.asarray(mask, dtype)[..., None, None]
+
+
+def _link_angles_ch(hand, ch, q, rot):
+    """Link angles ``(G, D, B)`` from ``q (n, B)`` and coupled ``rot (M, B)``."""
+    ext = jnp.concatenate([q, rot, jnp.zeros((1,) + q.shape[1:], q.dtype)])
+    return ext[ch.angle]
+
+
+def _dangle_dvar(hand, ch, q, soft, dtype):
+    """d(link angle)/d(variable): ``(G, D, V, B)`` — one-hot for joints, the law for hard coupling."""
+    n, M = hand.num_joints, len(hand.mimic_sources)
+    B = q.shape[1:]
+    onehot = (ch.angle[:, :, None] == ch.var[:, None, :]) & (ch.var[:, None, :] < n + M)
+    T = jnp.broadcast_to(jnp.asarray(onehot, dtype)[..., None], (ch.G, ch.D, ch.V) + B)
+    if not soft:
+        for g in range(ch.G):
+            for d in range(ch.D):
+                a = int(ch.angle[g, d])
+                if n <= a < n + M:
+                    m = a - n
+                    src, sec = hand.mimic_sources[m]
+                    k = hand.coupling[m]
+                    for j, dj in ((src, k[0] + k[2] * q[sec]), (sec, k[1] + k[2] * q[src])):
+                        gj, vj = ch.var_pos[j]
+                        T = T.at[g, d, vj].add(dj)
+    return T
+
+
+def _coupled(hand, q):
+    rows = _coupled_rows(hand, q)
+    return jnp.stack(rows) if rows else jnp.zeros((0,) + q.shape[1:], q.dtype)
+
+
+def _model_keypoints(hand, ch, params, q, rot=None):
+    """All 21 keypoints ``(21, 3, B)`` in the wrist frame; ``rot=None``: coupled angles by the law."""
+    if rot is None:
+        rot = _coupled(hand, q)
+    kp, _ = _fk(hand, ch, params, _link_angles_ch(hand, ch, q, rot), want_jac=False)
+    out = [None] * 21
+    for k in ch.root_kps:
+        out[k] = jnp.zeros_like(kp[0, 0])
+    for g in range(ch.G):
+        for i in range(ch.K):
+            if ch.kp_id[g, i] >= 0:
+                out[int(ch.kp_id[g, i])] = kp[g, i]
+    return jnp.stack(out)
+
+
+# ---------------------------------------------------------------------------------------- the cost
+
+
+def _penalty(hand, q, rot, soft, cfg, q_prior):
+    """Limit + prior (+ soft coupling) penalty per frame ``(B,)``."""
+    lo, hi = hand.lower[:, None], hand.upper[:, None]
+    viol = jnp.maximum(q - hi, 0.0) + jnp.minimum(q - lo, 0.0)
+    d = q - q_prior
+    pen = 0.5 * cfg["limit_weight"] * _sum(viol * viol, 0) + 0.5 * cfg["prior_weight"] * _sum(d * d, 0)
+    if soft and rot.shape[0]:
+        dc = rot - _coupled(hand, q)
+        pen = pen + 0.5 * cfg["coupling_weight"] * _sum(dc * dc, 0)
+    return pen
+
+
+def _fit(hand, ch, params, q, rot, R, t, logs):
+    kp = _model_keypoints(hand, ch, params, q, rot)  # (21, 3, B)
+    return jnp.exp(logs) * _mv(R[None], kp) + t[None]
+
+
+def _cost(hand, ch, params, q, rot, R, t, logs, y, w, soft, cfg, q_prior):
+    fit = _fit(hand, ch, params, q, rot, R, t, logs)
+    e = fit - y
+    rho, _ = _huber(_sum(e * e, 1) / _REF**2, cfg["huber_delta"] / _REF)
+    return _sum(w * rho, 0) + _penalty(hand, q, rot, soft, cfg, q_prior), fit
+
+
+# -------------------------------------------------------------------------------- initialisation
+
+
+def _palm_similarity(m, y, w, estimate_scale: bool):
+    """Weighted similarity ``y ≈ s R m + t`` from palm points ``m, y (P, 3, B)``, weights ``w (P, B)``
+    (Horn 1987, quaternion form; the dominant eigenvector by repeated squaring, so R is always a proper
+    rotation). Returns R ``(3, 3, B)``, t ``(3, B)``, log-scale ``(B,)``, det-sign of the covariance."""
+    wsum = jnp.maximum(_sum(w, 0), 1e-12)
+    cm = _sum(w[:, None] * m, 0) / wsum
+    cy = _sum(w[:, None] * y, 0) / wsum
+    a, b = m - cm, y - cy
+    Mc = _sum(w[:, None, None] * a[:, :, None] * b[:, None, :], 0)  # (3, 3, B)
+    var_m = _sum(w * _sum(a * a, 1), 0)
+    (sxx, sxy, sxz), (syx, syy, syz), (szx, szy, szz) = [[Mc[i, j] for j in range(3)] for i in range(3)]
+    N = jnp.stack([
+        jnp.stack([sxx + syy + szz, syz - szy, szx - sxz, sxy - syx]),
+        jnp.stack([syz - szy, sxx - syy - szz, sxy + syx, szx + sxz]),
+        jnp.stack([szx - sxz, sxy + syx, -sxx + syy - szz, syz + szy]),
+        jnp.stack([sxy - syx, szx + sxz, syz + szy, -sxx - syy + szz]),
+    ])  # (4, 4, B)
+    fro = jnp.sqrt(_sum(N * N, (0, 1))) + 1e-30
+    P = (N + fro * jnp.eye(4, dtype=N.dtype)[..., None]) / (2 * fro)
+    for _ in range(12):
+        P = _mm(P, P)
+        P = P / (jnp.sqrt(_sum(P * P, (0, 1))) + 1e-30)
+    norms = _sum(P * P, 0)  # column norms (4, B)
+    best = jnp.argmax(norms, 0)
+    col = jnp.take_along_axis(P, best[None, None, :], axis=1)[:, 0]  # (4, B)
+    qw, qx, qy, qz = col / (jnp.sqrt(_sum(col * col, 0)) + 1e-30)
+    R = jnp.stack([
+        jnp.stack([1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw)]),
+        jnp.stack([2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw)]),
+        jnp.stack([2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy)]),
+    ])
+    if estimate_scale:
+        num = _sum(R * jnp.swapaxes(Mc, 0, 1), (0, 1))  # trace(R Mcᵀ)... = Σ b·R a
+        logs = jnp.log(jnp.clip(num / jnp.maximum(var_m, 1e-12), 0.1, 10.0))
+    else:
+        logs = jnp.zeros_like(wsum)
+    t = cy - jnp.exp(logs) * _mv(R, cm)
+    det = (sxx * (syy * szz - syz * szy) - sxy * (syx * szz - syz * szx) + sxz * (syx * szy - syy * szx))
+    return R, t, logs, jnp.sign(det)
+
+
+# ------------------------------------------------------------------------------------- LM kernel
+
+
+def _solve_T(hand: HandModel, y, w, q0, static, cfg):
+    """The kernel on batch-last arrays: ``y (21, 3, B)``, ``w (21, B)``, ``q0 (n, B)``."""
+    iterations, coupling, estimate_scale, min_landmarks = static
+    soft = coupling == "soft"
+    ch = _chains(hand, soft)
+    dtype = y.dtype
+    hand = hand.astype(dtype)
+    n, M = hand.num_joints, len(hand.mimic_sources)
+    B = y.shape[-1]
+    G, K, V = ch.G, ch.K, ch.V
+    npose = 7 if estimate_scale else 6
+    params = _chain_params(hand, ch, dtype)
+    kid = np.where(ch.kp_id >= 0, ch.kp_id, 0)
+    kmask = jnp.asarray((ch.kp_id >= 0).astype(np.float64), dtype)[..., None]  # (G, K, 1)
+    yg = y[kid]  # (G, K, 3, B)
+    wg = w[kid] * kmask  # (G, K, B)
+    roots = np.asarray(ch.root_kps, int)
+
+    # --- validity and the palm similarity
+    n_valid = _sum(w > 0, 0)
+    palm = np.asarray(ch.palm_kps, int)
+    valid = (n_valid >= min_landmarks) & (_sum(w[palm] > 0, 0) >= 3)
+    zero_q = jnp.zeros((n, B), dtype)
+    kp0 = _model_keypoints(hand, ch, params, zero_q)
+    R, t, logs, det = _palm_similarity(kp0[palm], y[palm], w[palm], estimate_scale)
+    mirrored = det < 0
+
+    q_prior = q0
+    rot0 = _coupled(hand, q0) if soft else jnp.zeros((0, B), dtype)
+
+    def cost_fn(q, rot, R, t, logs):
+        return _cost(hand, ch, params, q, rot if soft else None, R, t, logs, y, w, soft, cfg, q_prior)[0]
+
+    lo_ext = jnp.concatenate([hand.lower, hand.mimic_lower, jnp.zeros(1, dtype)])
+    hi_ext = jnp.concatenate([hand.upper, hand.mimic_upper, jnp.zeros(1, dtype)])
+    is_joint = jnp.asarray((ch.var < n).astype(np.float64), dtype)[..., None]  # (G, V, 1)
+    is_pad = jnp.asarray((ch.var >= n + M).astype(np.float64), dtype)[..., None]
+
+    def step(_, carry):
+        (q, rot, R, t, logs), lam, cost, n_acc, conv = carry
+        s = jnp.exp(logs)
+        ang = _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q))
+        kp, Jl = _fk(hand, ch, params, ang, want_jac=True)
+        T = _dangle_dvar(hand, ch, q, soft, dtype)  # (G, D, V, B)
+        J = _sum(Jl[:, :, :, None] * T[:, None, :, :, None], axis=2) * (s / _REF)  # (G, K, V, 3, B)
+        RT = jnp.swapaxes(R, 0, 1)
+        u = kp * (s / _REF)  # (G, K, 3, B)
+        z = _mv(RT[None, None], yg - t[None, None]) / _REF
+        e = u - z
+        _, hw = _huber(_sum(e * e, 2), cfg["huber_delta"] / _REF)
+        ww = wg * hw  # (G, K, B)
+        # wrist (root) keypoints: u = 0, residual −z, pose (δt) only
+        z0 = _mv(RT[None], y[roots] - t[None]) / _REF  # (r, 3, B)
+        e0 = -z0
+        _, hw0 = _huber(_sum(e0 * e0, 1), cfg["huber_delta"] / _REF)
+        w0 = w[roots] * hw0  # (r, B)
+
+        # pose block C (npose × npose) and gradient gp
+        uu = _sum(u * u, 2)  # (G, K, B)
+        eye3 = jnp.eye(3, dtype=dtype)[None, None, :, :, None]
+        Cpp = _sum(ww[:, :, None, None] * (uu[:, :, None, None] * eye3 - u[:, :, :, None] * u[:, :, None, :]),
+                      (0, 1))
+        ux = u  # [u]× entries
+        zero = jnp.zeros_like(uu)
+        cx = jnp.stack([jnp.stack([zero, -ux[:, :, 2], ux[:, :, 1]], 2),
+                        jnp.stack([ux[:, :, 2], zero, -ux[:, :, 0]], 2),
+                        jnp.stack([-ux[:, :, 1], ux[:, :, 0], zero], 2)], 2)  # (G, K, 3, 3, B)
+        Cpt = _sum(ww[:, :, None, None] * cx, (0, 1))
+        wsum = _sum(ww, (0, 1)) + _sum(w0, 0)
+        Ctt = wsum * jnp.eye(3, dtype=dtype)[..., None]
+        gphi = _sum(ww[:, :, None] * _cross(u, e), (0, 1))
+        gt = _sum(ww[:, :, None] * e, (0, 1)) + _sum(w0[:, None] * e0, 0)
+        top = jnp.concatenate([Cpp, Cpt], 1)
+        mid = jnp.concatenate([jnp.swapaxes(Cpt, 0, 1), Ctt], 1)
+        C = jnp.concatenate([top, mid], 0)  # (6, 6, B)
+        gp = jnp.concatenate([gphi, gt], 0)
+        if estimate_scale:
+            Cts = _sum(ww[:, :, None] * u, (0, 1))  # (3, B)
+            Css = _sum(ww * uu, (0, 1))
+            col = jnp.concatenate([jnp.zeros((3, B), dtype), Cts], 0)
+            C = jnp.concatenate([jnp.concatenate([C, col[:, None]], 1),
+                                 jnp.concatenate([col, Css[None]], 0)[None]], 0)
+            gp = jnp.concatenate([gp, _sum(ww * _sum(u * e, 2), (0, 1))[None]], 0)
+
+        # finger blocks
+        wJ = ww[:, :, None, None] * J  # (G, K, V, 3, B)
+        A = _sum(wJ[:, :, :, None] * J[:, :, None, :], (1, 4))  # (G, V, V, B)
+        ga = _sum(wJ * e[:, :, None], (1, 3))  # (G, V, B)
+        Bphi = _sum(ww[:, :, None, None] * _cross(u[:, :, None], J), 1)  # (G, V, 3, B)
+        Bt = _sum(wJ, 1)  # (G, V, 3, B)
+        Bm = [Bphi, Bt]
+        if estimate_scale:
+            Bm.append(_sum(wJ * u[:, :, None], (1, 3))[:, :, None])
+        Bm = jnp.concatenate(Bm, 2)  # (G, V, npose, B)
+
+        # penalties on the variables (limits, prior, soft coupling); padding variables get identity
+        ext_q = jnp.concatenate([q, rot, jnp.zeros((1, B), dtype)])
+        xv = ext_q[ch.var]  # (G, V, B)
+        viol = jnp.maximum(xv - hi_ext[ch.var][..., None], 0) + jnp.minimum(xv - lo_ext[ch.var][..., None], 0)
+        prior = jnp.concatenate([q_prior, rot0 if soft else jnp.zeros((0, B), dtype), jnp.zeros((1, B), dtype)])
+        dprior = xv - prior[ch.var]
+        gpen = is_joint * (cfg["limit_weight"] * viol + cfg["prior_weight"] * dprior)
+        hpen = is_joint * (jnp.where(viol != 0, cfg["limit_weight"], 0.0) + cfg["prior_weight"]) + is_pad
+        ga = ga + gpen
+        A = A + hpen[:, :, None] * jnp.eye(V, dtype=dtype)[None, :, :, None]
+        if soft:
+            law = _coupled(hand, q)
+            for m in range(M):
+                src, sec = hand.mimic_sources[m]
+                k = hand.coupling[m]
+                g, vr = ch.var_pos[n + m]
+                dl = {}
+                dl[src] = k[0] + k[2] * q[sec]
+                dl[sec] = dl.get(sec, 0.0) + k[1] + k[2] * q[src]
+                res = rot[m] - law[m]
+                c = cfg["coupling_weight"]
+                A = A.at[g, vr, vr].add(c)
+                ga = ga.at[g, vr].add(c * res)
+                for j, dj in dl.items():
+                    _, vj = ch.var_pos[j]
+                    A = A.at[g, vr, vj].add(-c * dj).at[g, vj, vr].add(-c * dj)
+                    A = A.at[g, vj, vj].add(c * dj * dj)
+                    ga = ga.at[g, vj].add(-c * dj * res)
+
+        # Levenberg–Marquardt damping and the Schur complement over the finger blocks
+        eyeV = jnp.eye(V, dtype=dtype)[None, :, :, None]
+        A = A + eyeV * (A * lam + 1e-9)
+        X = _chol_solve(A, jnp.concatenate([Bm, ga[:, :, None]], 2))  # (G, V, npose + 1, B)
+        S = C - _sum(Bm[:, :, :, None] * X[:, :, None, :npose], (0, 1))
+        rp = gp - _sum(Bm * X[:, :, None, npose], (0, 1))
+        eyeP = jnp.eye(npose, dtype=dtype)[..., None]
+        S = S + eyeP * (S * lam + 1e-9)
+        dp = _chol_solve(S, -rp[:, None])[:, 0]  # (npose, B)
+        dv = -(X[:, :, npose] + _sum(X[:, :, :npose] * dp[None, None], 2))  # (G, V, B)
+        dx = dv[ch.var_pos[:, 0], ch.var_pos[:, 1]]  # (n + M, B)
+        new_q = q + dx[:n]
+        new_rot = rot + dx[n:] if soft else rot
+        new_R = _mm(R, _so3_exp(dp[:3]))
+        new_t = t + _mv(R, dp[3:6] * _REF)
+        new_logs = jnp.clip(logs + dp[6], math.log(0.1), math.log(10.0)) if estimate_scale else logs
+        new_cost = cost_fn(new_q, new_rot, new_R, new_t, new_logs)
+        ok = jnp.isfinite(new_cost) & (new_cost <= cost)
+        state = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), (new_q, new_rot, new_R, new_t, new_logs),
+                                       (q, rot, R, t, logs))
+        rel = jnp.abs(cost - new_cost) / jnp.maximum(cost, 1e-30)
+        conv = (ok & (rel < 1e-10)) | (cost < 1e-16)
+        cost = jnp.where(ok, new_cost, cost)
+        lam = jnp.clip(jnp.where(ok, lam * 0.3, lam * 4.0), 1e-12, 1e8)
+        return state, lam, cost, n_acc + ok.astype(jnp.int32), conv
+
+    cost0 = cost_fn(q0, rot0, R, t, logs)
+    carry = ((q0, rot0, R, t, logs), jnp.full((B,), cfg["damping"], dtype), cost0,
+             jnp.zeros((B,), jnp.int32), jnp.zeros((B,), bool))
+    (q, rot, R, t, logs), lam, cost, n_acc, conv = jax.lax.fori_loop(0, iterations, step, carry)
+
+    # --- projection onto the limits; frames without enough landmarks keep the start pose
+    q = jnp.clip(q, hand.lower[:, None], hand.upper[:, None])
+    q = jnp.where(valid, q, jnp.clip(q0, hand.lower[:, None], hand.upper[:, None]))
+    if soft:
+        rot = jnp.clip(rot, hand.mimic_lower[:, None], hand.mimic_upper[:, None])
+    else:
+        rot = _coupled(hand, q)
+    fit = _fit(hand, ch, params, q, rot, R, t, logs)
+    d = fit - y
+    used = w > 0
+    errs = jnp.where(used, jnp.sqrt(_sum(d * d, 1)), 0.0)  # (21, B)
+    resid = jnp.sqrt(_sum(errs * errs, 0) / jnp.maximum(n_valid, 1).astype(dtype))
+    s = jnp.exp(logs)
+    flags = (jnp.where(valid, 0, FLAG_TOO_FEW_LANDMARKS)
+             | jnp.where((s < 0.3) | (s > 3.0), FLAG_BAD_SCALE, 0)
+             | jnp.where(resid > cfg["flag_residual"], FLAG_HIGH_RESIDUAL, 0)
+             | jnp.where(mirrored, FLAG_MIRRORED, 0)).astype(jnp.int32)
+    return dict(q=q, rot=rot, R=R, t=t, s=s, kp=fit, resid=resid, errs=errs, valid=valid,
+                conv=conv & valid, n_acc=n_acc, flags=flags)
+
+
+@functools.partial(jax.jit, static_argnames=("static",))
+def _solve_flat(hand, landmarks, weights, q0, static, cfg):
+    """``landmarks (B, 21, 3)``, ``weights (B, 21)``, ``q0 (B, n)`` → dict of ``(B, ...)`` arrays."""
+    finite = jnp.all(jnp.isfinite(landmarks), axis=-1)
+    w = jnp.where(finite & jnp.isfinite(weights), jnp.maximum(weights, 0.0), 0.0)
+    y = jnp.where(finite[..., None], landmarks, 0.0)
+    out = _solve_T(hand, jnp.transpose(y, (1, 2, 0)), w.T, q0.T, static, cfg)
+    return dict(
+        angles=out["q"].T, coupled=out["rot"].T, rotation=jnp.transpose(out["R"], (2, 0, 1)),
+        translation=out["t"].T, scale=out["s"], keypoints=jnp.transpose(out["kp"], (2, 0, 1)),
+        residual=out["resid"], errors=out["errs"].T, valid=out["valid"], converged=out["conv"],
+        iterations=out["n_acc"], flags=out["flags"],
+    )
+
+
+# ------------------------------------------------------------------------------------ public API
+
+
+def neutral_angles(hand: HandModel) -> jax.Array:
+    """The solver's default starting pose ``(n,)``: a slight, mid-range flexion, within limits."""
+    lo, hi = hand.lower, hand.upper
+    q = jnp.zeros_like(lo)
+    names = hand.joint_names
+    for j, nme in enumerate(names):
+        if nme.endswith(("_abd",)):
+            continue
+        q = q.at[j].set(0.25)
+    return jnp.clip(q, lo, hi)
+
+
+def _validate(hand, landmarks, weights, q0, check_units=True):
+    lm = check_landmarks(landmarks, check_units=check_units)
+    batch = lm.shape[:-2]
+    if weights is None:
+        weights = np.ones(batch + (21,), lm.dtype)
+    else:
+        weights = np.asarray(weights, lm.dtype)
+        if weights.shape != batch + (21,):
+            try:
+                weights = np.broadcast_to(weights, batch + (21,))
+            except ValueError:
+                raise ValueError(
+                    f"weights must have shape (*batch, 21) = {batch + (21,)}; got {weights.shape}"
+                ) from None
+    if q0 is None:
+        q0 = np.broadcast_to(np.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
+    else:
+        q0 = np.asarray(q0, lm.dtype)
+        q0 = np.broadcast_to(q0, batch + (hand.num_joints,))
+    return lm, weights, q0
+
+
+def solve(
+    hand: HandModel,
+    landmarks,
+    weights=None,
+    config: SolverConfig | None = None,
+    *,
+    side: str | None = None,
+    q0=None,
+    check_units: bool = True,
+    **overrides,
+) -> IKResult:
+    """Fit the hand to MediaPipe landmarks: angles within limits, wrist pose and scale.
+
+    Args:
+        hand: the model (``wj.load_hand("right")``); with ``side`` given, it is reloaded for that side.
+        landmarks: ``(*batch, 21, 3)`` metres, in any frame (camera, world, wrist). NaN marks a
+            missing landmark.
+        weights: ``(*batch, 21)`` per-landmark confidence ≥ 0 (0 = ignore); default all ones.
+        config: :class:`SolverConfig`; keyword ``overrides`` replace its fields
+            (e.g. ``iterations=20, coupling="soft"``).
+        side: ``"right"``, ``"left"`` or ``"auto"`` (decide from the landmarks' chirality); ``None``
+            uses ``hand`` as given. A side contradicting the geometry issues a warning.
+        q0: ``(*batch, 20)`` starting angles (warm start); default :func:`neutral_angles`.
+        check_units: raise if the hands look like pixels, normalised image coordinates or millimetres.
+
+    Returns:
+        :class:`IKResult` with the input's batch shape.
+
+    Raises:
+        ValueError: wrong shape, no finite landmark at all, or implausible units (message says what
+            was found and what to pass instead).
+    """
+    config = dataclasses.replace(config or SolverConfig(), **overrides)
+    lm, weights, q0a = _validate(hand, landmarks, weights, q0, check_units)
+    if side is not None:
+        hand = _pick_side(hand, lm, side)
+    batch = lm.shape[:-2]
+    flat = int(np.prod(batch)) if batch else 1
+    dtype = jnp.float64 if (lm.dtype == np.float64 and jax.config.jax_enable_x64) else jnp.float32
+    cfg = {k: jnp.asarray(v, dtype) for k, v in config._traced().items()}
+    out = _solve_flat(
+        hand, jnp.asarray(lm.reshape(flat, 21, 3), dtype), jnp.asarray(weights.reshape(flat, 21), dtype),
+        jnp.asarray(q0a.reshape(flat, hand.num_joints), dtype), config._static(), cfg,
+    )
+    return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
+
+
+def _pick_side(hand: HandModel, lm: np.ndarray, side: str) -> HandModel:
+    from .model import load_hand
+
+    if side not in ("right", "left", "auto"):
+        raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
+    detected = detect_side(lm)
+    if side == "auto":
+        if detected is None:
+            raise ValueError("side='auto': the landmarks' chirality is undecided (degenerate palms); pass side=")
+        side = detected
+    elif detected is not None and detected != side:
+        warnings.warn(
+            f"side={side!r} but the landmarks' geometry looks like a {detected} hand "
+            "(mirrored images swap MediaPipe's handedness label); solving as given",
+            stacklevel=3,
+        )
+    if hand.side == side:
+        return hand
+    return load_hand(side)
+
+
+# ---------------------------------------------------------------------------------- optax / loss
+
+
+def landmark_loss(hand: HandModel, q, rotation, translation, log_scale, landmarks, weights=None,
+                  config: SolverConfig | None = None):
+    """The solver's objective for one set of parameters (differentiable; for optax or custom terms).
+
+    Args:
+        q: ``(*batch, n)`` angles; rotation ``(*batch, 3, 3)``; translation ``(*batch, 3)`` metres;
+        log_scale ``(*batch,)``; landmarks ``(*batch, 21, 3)`` metres; weights ``(*batch, 21)``.
+
+    Returns:
+        ``(*batch,)`` cost: Σ_k w_k·Huber(|fit_k − y_k| / 1 cm) + limit and prior penalties.
+    """
+    from .kinematics import forward_keypoints
+
+    config = config or SolverConfig()
+    q = _check_q(hand, q)
+    kp = forward_keypoints(hand, q)
+    s = jnp.exp(log_scale)[..., None, None]
+    fit = s * jnp.einsum("...ij,...kj->...ki", rotation, kp) + translation[..., None, :]
+    finite = jnp.all(jnp.isfinite(landmarks), -1)
+    y = jnp.where(finite[..., None], landmarks, 0.0)
+    w = jnp.ones(landmarks.shape[:-1], q.dtype) if weights is None else weights
+    w = jnp.where(finite, w, 0.0)
+    r2 = jnp.sum((fit - y) ** 2, -1) / _REF**2
+    rho, _ = _huber(r2, config.huber_delta / _REF)
+    h = hand.astype(q.dtype)
+    viol = jnp.maximum(q - h.upper, 0) + jnp.minimum(q - h.lower, 0)
+    return jnp.sum(w * rho, -1) + 0.5 * config.limit_weight * jnp.sum(viol**2, -1)
+
+
+def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, weights=None,
+                config: SolverConfig | None = None, extra_loss=None):
+    """Minimise :func:`landmark_loss` (+ ``extra_loss(q)`` if given) with an optax optimizer.
+
+    The wrist pose is initialised from the palm as in :func:`solve`; the rotation is parametrised by a
+    rotation vector composed on the right. Default optimizer: ``optax.adam(0.02)``. Returns an
+    :class:`IKResult` (``iterations`` = ``steps``).
+    """
+    import optax
+
+    config = config or SolverConfig()
+    lm, weights, q0 = _validate(hand, landmarks, weights, None)
+    batch = lm.shape[:-2]
+    lm = jnp.asarray(lm)
+    weights = jnp.asarray(weights)
+    init = solve(hand, lm, weights, config, iterations=0, check_units=False)
+    optimizer = optimizer or optax.adam(0.02)
+    params = dict(q=jnp.asarray(q0), phi=jnp.zeros(batch + (3,), lm.dtype),
+                  t=init.translation, logs=jnp.log(init.scale))
+    R0 = init.rotation
+
+    def rot(phi):
+        R = jnp.transpose(_so3_exp(phi.reshape(-1, 3).T), (2, 0, 1))
+        return R0 @ R.reshape(phi.shape[:-1] + (3, 3))
+
+    def loss(p):
+        val = landmark_loss(hand, p["q"], rot(p["phi"]), p["t"], p["logs"], lm, weights, config)
+        if extra_loss is not None:
+            val = val + extra_loss(p["q"])
+        return jnp.sum(val)
+
+    @jax.jit
+    def run(params):
+        state = optimizer.init(params)
+
+        def body(carry, _):
+            p, s = carry
+            val, g = jax.value_and_grad(loss)(p)
+            upd, s = optimizer.update(g, s, p, value=val, grad=g, value_fn=loss)
+            return (optax.apply_updates(p, upd), s), val
+
+        (p, _), hist = jax.lax.scan(body, (params, state), None, length=steps)
+        return p, hist
+
+    p, _ = run(params)
+    q = jnp.clip(p["q"], hand.lower, hand.upper)
+    final = solve(hand, lm, weights, config, iterations=0, q0=q, check_units=False)
+    # iterations=0 keeps q0 (clipped) and the palm pose; refit the pose we optimised:
+    from .kinematics import coupled_angles, forward_keypoints
+
+    R = rot(p["phi"])
+    s = jnp.exp(p["logs"])
+    kp = s[..., None, None] * jnp.einsum("...ij,...kj->...ki", R, forward_keypoints(hand, q)) + p["t"][..., None, :]
+    finite = jnp.all(jnp.isfinite(lm), -1) & (weights > 0)
+    err = jnp.where(finite, jnp.linalg.norm(kp - jnp.where(finite[..., None], lm, 0.0), axis=-1), 0.0)
+    resid = jnp.sqrt(jnp.sum(err**2, -1) / jnp.maximum(jnp.sum(finite, -1), 1))
+    return final._replace(angles=q, coupled=coupled_angles(hand, q), rotation=R, translation=p["t"], scale=s,
+                          keypoints=kp, residual=resid, errors=err,
+                          iterations=jnp.full(batch, steps, jnp.int32))
+
+
+def pose_from_palm(hand: HandModel, landmarks, weights=None, estimate_scale: bool = True):
+    """Closed-form wrist similarity from the palm landmarks: ``(rotation, translation, scale)``."""
+    r = solve(hand, landmarks, weights, iterations=0, estimate_scale=estimate_scale, check_units=False)
+    return r.rotation, r.translation, r.scale
