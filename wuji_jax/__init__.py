@@ -1,2 +1,48 @@
-from .model import HandModel, load_hand
-from .kinematics import coupled_angles, forward_keypoints, forward_kinematics
+"""wuji_jax — the Wuji Glove WG110v12 hand in JAX.
+
+The map of the library (everything below is public; modules starting with ``_`` are not):
+
+* model:      ``load_hand``, ``HandModel`` (URDF → pytree), ``urdf_path``, ``mirror_urdf``
+* kinematics: ``forward_keypoints``, ``forward_kinematics``, ``coupled_angles``, ``full_angles``
+* landmarks:  MediaPipe names/indices, ``check_landmarks``, ``detect_side``
+* solver:     ``solve``, ``solve_optax``, ``landmark_loss``, ``SolverConfig``, ``IKResult``
+* inspire:    ``wj.inspire.to_inspire`` and ROS-shaped payloads (seed 003)
+* poses:      ``named_pose``, ``POSES``
+* io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``)
+* viz:        pictures (extra ``viz``; imported lazily)
+"""
+
+from . import inspire as inspire
+from . import landmarks as landmarks
+from .kinematics import LinkFrames as LinkFrames
+from .kinematics import coupled_angles as coupled_angles
+from .kinematics import forward_keypoints as forward_keypoints
+from .kinematics import forward_kinematics as forward_kinematics
+from .kinematics import full_angles as full_angles
+from .landmarks import LANDMARK_NAMES as LANDMARK_NAMES
+from .landmarks import check_landmarks as check_landmarks
+from .landmarks import detect_side as detect_side
+from .model import HandModel as HandModel
+from .model import load_hand as load_hand
+from .model import load_urdf as load_urdf
+from .model import mirror_urdf as mirror_urdf
+from .model import urdf_path as urdf_path
+from .poses import POSES as POSES
+from .poses import named_pose as named_pose
+from .solver import IKResult as IKResult
+from .solver import SolverConfig as SolverConfig
+from .solver import landmark_loss as landmark_loss
+from .solver import neutral_angles as neutral_angles
+from .solver import pose_from_palm as pose_from_palm
+from .solver import solve as solve
+from .solver import solve_optax as solve_optax
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy optional modules: matplotlib / mediapipe / pyarrow load on first use
+    import importlib
+
+    if name in ("viz", "io", "video"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'wuji_jax' has no attribute {name!r}")

@@ -66,7 +66,7 @@ class SolverConfig:
     """Settings of :func:`solve`. Counts and modes are static (part of the jit key); weights are traced.
 
     Attributes:
-        iterations: LM iterations (fixed budget; static). 10 reach < 0.01° on noise-free data.
+        iterations: LM iterations (fixed budget; static). 20 reach p99 < 0.01° on noise-free data.
         coupling: ``"hard"`` (thumb rotation = the law) or ``"soft"`` (free, penalised towards it).
         estimate_scale: fit the hand scale ``s`` (else ``s = 1``).
         huber_delta: metres; landmark errors beyond it count linearly (robust to outliers).
@@ -79,7 +79,7 @@ class SolverConfig:
         flag_residual: metres; frames with a larger RMS residual get :data:`FLAG_HIGH_RESIDUAL`.
     """
 
-    iterations: int = 10
+    iterations: int = 20
     coupling: str = "hard"
     estimate_scale: bool = True
     huber_delta: float = 0.02
@@ -552,9 +552,9 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg):
     roots = np.asarray(ch.root_kps, int)
 
     # --- validity and the palm similarity
-    n_valid = _sum(w > 0, 0)
+    n_valid = _sum((w > 0).astype(jnp.int32), 0)
     palm = np.asarray(ch.palm_kps, int)
-    valid = (n_valid >= min_landmarks) & (_sum(w[palm] > 0, 0) >= 3)
+    valid = (n_valid >= min_landmarks) & (_sum((w[palm] > 0).astype(jnp.int32), 0) >= 3)
     zero_q = jnp.zeros((n, B), dtype)
     kp0 = _model_keypoints(hand, ch, params, zero_q)
     R, t, logs, det = _palm_similarity(kp0[palm], y[palm], w[palm], estimate_scale)
