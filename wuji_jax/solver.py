@@ -739,25 +739,40 @@ def neutral_angles(hand: HandModel) -> jax.Array:
     return jnp.clip(q, lo, hi)
 
 
+def _is_traced(*xs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
 def _validate(hand, landmarks, weights, q0, check_units=True):
-    lm = check_landmarks(landmarks, check_units=check_units)
+    """Checked ``(landmarks, weights, q0)`` with matching batch shapes.
+
+    Concrete inputs get the full numpy checks (shape, finiteness, units); traced inputs (inside
+    ``jax.jit``/``grad``) only the static shape checks, so :func:`solve` stays a pure JAX function.
+    """
+    if _is_traced(landmarks, weights, q0):
+        lm = jnp.asarray(landmarks)
+        if lm.ndim < 2 or lm.shape[-2:] != (21, 3):
+            raise ValueError(f"landmarks must have shape (*batch, 21, 3); got {lm.shape}")
+        xp = jnp
+    else:
+        lm = check_landmarks(landmarks, check_units=check_units)
+        xp = np
     batch = lm.shape[:-2]
     if weights is None:
-        weights = np.ones(batch + (21,), lm.dtype)
+        weights = xp.ones(batch + (21,), lm.dtype)
     else:
-        weights = np.asarray(weights, lm.dtype)
+        weights = xp.asarray(weights, lm.dtype)
         if weights.shape != batch + (21,):
             try:
-                weights = np.broadcast_to(weights, batch + (21,))
+                weights = xp.broadcast_to(weights, batch + (21,))
             except ValueError:
                 raise ValueError(
                     f"weights must have shape (*batch, 21) = {batch + (21,)}; got {weights.shape}"
                 ) from None
     if q0 is None:
-        q0 = np.broadcast_to(np.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
+        q0 = xp.broadcast_to(xp.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
     else:
-        q0 = np.asarray(q0, lm.dtype)
-        q0 = np.broadcast_to(q0, batch + (hand.num_joints,))
+        q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
     return lm, weights, q0
 
 
@@ -796,10 +811,12 @@ def solve(
     config = dataclasses.replace(config or SolverConfig(), **overrides)
     lm, weights, q0a = _validate(hand, landmarks, weights, q0, check_units)
     if side is not None:
+        if _is_traced(lm):
+            raise ValueError("side= needs concrete landmarks; pick the hand model outside jit")
         hand = _pick_side(hand, lm, side)
     batch = lm.shape[:-2]
     flat = int(np.prod(batch)) if batch else 1
-    dtype = jnp.float64 if (lm.dtype == np.float64 and jax.config.jax_enable_x64) else jnp.float32
+    dtype = jnp.float64 if (lm.dtype == jnp.float64 and jax.config.jax_enable_x64) else jnp.float32
     cfg = {k: jnp.asarray(v, dtype) for k, v in config._traced().items()}
     out = _solve_flat(
         hand, jnp.asarray(lm.reshape(flat, 21, 3), dtype), jnp.asarray(weights.reshape(flat, 21), dtype),

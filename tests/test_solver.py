@@ -1,0 +1,235 @@
+"""IK: round trips IK(FK(q)) = q under random similarity transforms, limits, coupling modes, masking,
+robustness, handedness, input errors and gradients (by finite differences)."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import wuji_jax as wj
+from wuji_jax.solver import FLAG_MIRRORED, FLAG_TOO_FEW_LANDMARKS
+from seed_table import LOWER, UPPER, reference_keypoints
+
+B = 48  # one batch shape for most tests: one compilation
+
+
+def random_similarity(rng, n):
+    A = rng.normal(size=(n, 3, 3))
+    Q, _ = np.linalg.qr(A)
+    Q *= np.sign(np.linalg.det(Q))[:, None, None]
+    return Q, rng.uniform(0.8, 1.2, n), rng.normal(size=(n, 3)) * 0.3
+
+
+def synthetic(n, seed=0, margin=0.02):
+    """Random angles within limits → independent FK (seed table) → random similarity."""
+    rng = np.random.default_rng(seed)
+    q = rng.uniform(LOWER + margin, UPPER - margin, size=(n, 20))
+    kp = np.stack([reference_keypoints(x) for x in q])
+    R, s, t = random_similarity(rng, n)
+    y = s[:, None, None] * np.einsum("bij,bkj->bki", R, kp) + t[:, None, :]
+    return q, y, R, s, t
+
+
+@pytest.fixture(scope="module")
+def round_trip(right):
+    q, y, R, s, t = synthetic(B, seed=1)
+    return q, y, R, s, t, wj.solve(right, y)
+
+
+def test_round_trip_recovers_angles_pose_and_scale(round_trip):
+    q, y, R, s, t, res = round_trip
+    err = np.degrees(np.abs(np.asarray(res.angles) - q))
+    assert np.median(err) < 0.01 and np.percentile(err, 99) < 0.5, (np.median(err), np.percentile(err, 99))
+    assert np.percentile(np.asarray(res.residual), 99) < 5e-5  # metres
+    np.testing.assert_allclose(np.asarray(res.scale), s, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(res.rotation), R, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(res.translation), t, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(res.keypoints), y, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(res.coupled)[:, 0], 0.22 * np.asarray(res.angles)[:, 0], atol=1e-12)
+    assert np.all(np.asarray(res.valid)) and np.all(np.asarray(res.flags) == 0)
+
+
+def test_angles_always_within_limits(right):
+    rng = np.random.default_rng(2)
+    # angles beyond the limits: the solution must stay inside
+    q = rng.uniform(LOWER - 0.4, UPPER + 0.4, size=(B, 20))
+    y = np.stack([reference_keypoints(x) for x in q]) + rng.normal(0, 0.002, (B, 21, 3))
+    res = wj.solve(right, y)
+    a = np.asarray(res.angles)
+    assert np.all(a >= LOWER - 1e-7) and np.all(a <= UPPER + 1e-7)
+    assert np.all(np.isfinite(np.asarray(res.residual)))
+
+
+def test_float32_default_dtype_round_trip(right):
+    q, y, *_ = synthetic(B, seed=3)
+    res = wj.solve(right, y.astype(np.float32))
+    assert res.angles.dtype == jnp.float32
+    err = np.degrees(np.abs(np.asarray(res.angles) - q))
+    assert np.median(err) < 0.05 and np.percentile(err, 95) < 0.5
+
+
+def test_batch_size_invariance(right):
+    """Each frame is solved independently: a frame's answer must not depend on its batch."""
+    q, y, *_ = synthetic(B, seed=4)
+    alone = np.asarray(wj.solve(right, y[:5]).angles)
+    inside = np.asarray(wj.solve(right, y).angles)[:5]
+    np.testing.assert_allclose(alone, inside, atol=1e-9)
+    single = np.asarray(wj.solve(right, y[0]).angles)
+    np.testing.assert_allclose(single, inside[0], atol=1e-9)
+
+
+def test_noise_keeps_errors_bounded(right):
+    q, y, *_ = synthetic(B, seed=5)
+    rng = np.random.default_rng(5)
+    res = wj.solve(right, y + rng.normal(0, 0.001, y.shape))
+    err = np.degrees(np.abs(np.asarray(res.angles) - q))
+    assert np.median(err) < 3.0
+    assert 0.5e-3 < np.median(np.asarray(res.residual)) < 2e-3  # ≈ the 1 mm noise
+
+
+def test_soft_coupling_follows_the_law_on_exact_data(right):
+    q, y, *_ = synthetic(B, seed=6)
+    res = wj.solve(right, y, coupling="soft")
+    np.testing.assert_allclose(np.asarray(res.coupled)[:, 0], 0.22 * q[:, 0], atol=2e-3)
+    err = np.degrees(np.abs(np.asarray(res.angles) - q))
+    assert np.median(err) < 0.05
+
+
+def test_coupling_gains_are_used(right):
+    hand = right.with_coupling(k_flex=0.4, k_abd=0.2)
+    rng = np.random.default_rng(7)
+    q = rng.uniform(LOWER + 0.02, UPPER - 0.02, size=(B, 20))
+    y = np.stack([reference_keypoints(x, 0.4, 0.2) for x in q])
+    res = wj.solve(hand, y)
+    assert np.median(np.degrees(np.abs(np.asarray(res.angles) - q))) < 0.01
+    # the default model cannot explain the thumb as well
+    worse = wj.solve(right, y)
+    assert np.median(np.asarray(worse.errors)[:, 2:5]) > 10 * np.median(np.asarray(res.errors)[:, 2:5])
+
+
+def test_masked_landmarks_nan_and_weights(right):
+    q, y, *_ = synthetic(B, seed=8)
+    y = y.copy()
+    y[:, 8] = np.nan  # index tip missing
+    w = np.ones((B, 21))
+    w[:, 20] = 0.0  # pinky tip ignored
+    res = wj.solve(right, y, weights=w)
+    e = np.asarray(res.errors)
+    assert np.all(e[:, 8] == 0) and np.all(e[:, 20] == 0)
+    assert np.all(np.isfinite(np.asarray(res.angles)))
+    err = np.degrees(np.abs(np.asarray(res.angles) - q))
+    # joints still determined by other points stay exact (middle, ring fingers, thumb)
+    assert np.median(err[:, 8:16]) < 0.01
+
+
+def test_too_few_landmarks_are_flagged_not_crashed(right):
+    q, y, *_ = synthetic(B, seed=9)
+    y = y.copy()
+    y[:3, 4:] = np.nan  # frames 0–2: only 4 landmarks left
+    y[3, [0, 1, 5, 9, 13, 17]] = np.nan  # frame 3: no palm
+    res = wj.solve(right, y)
+    flags = np.asarray(res.flags)
+    assert np.all(flags[:4] & FLAG_TOO_FEW_LANDMARKS) and not np.any(flags[4:] & FLAG_TOO_FEW_LANDMARKS)
+    assert not np.any(np.asarray(res.valid)[:4])
+    for field in res:
+        assert np.all(np.isfinite(np.asarray(field, np.float64)))
+
+
+def test_adversarial_inputs_never_give_nan_or_leave_limits(right):
+    rng = np.random.default_rng(10)
+    n = B
+    y = rng.normal(0, 0.1, (n, 21, 3))
+    y[0:6] = 0.0  # all points equal
+    y[6:12] = np.linspace(0, 1, 21)[None, :, None] * rng.normal(size=(6, 1, 3))  # collinear
+    y[12:18] *= 1e4  # huge
+    y[18:24] *= 1e-6  # tiny
+    nanmask = rng.random((n, 21)) < 0.3
+    y[24:36][nanmask[24:36]] = np.nan  # NaN-laced
+    y[36:40, :, 2] = 0.0  # coplanar
+    res = wj.solve(right, y, check_units=False)
+    for field in res:
+        assert np.all(np.isfinite(np.asarray(field, np.float64))), field
+    a = np.asarray(res.angles)
+    assert np.all(a >= LOWER - 1e-7) and np.all(a <= UPPER + 1e-7)
+
+
+def test_handedness_auto_and_mirror_warning(right, left):
+    q, y, *_ = synthetic(B, seed=11)
+    mirrored = y * np.array([1, -1, 1])  # a left hand
+    assert wj.detect_side(y) == "right" and wj.detect_side(mirrored) == "left"
+    res = wj.solve(right, mirrored, side="auto")
+    assert np.median(np.degrees(np.abs(np.asarray(res.angles) - q))) < 0.01
+    with pytest.warns(UserWarning, match="looks like a left hand"):
+        bad = wj.solve(right, mirrored, side="right")
+    assert np.all(np.asarray(bad.flags) & FLAG_MIRRORED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wj.solve(left, mirrored, side="left")
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda y: y[..., :20, :], r"shape \(\*batch, 21, 3\).*20 points per frame"),
+        (lambda y: y.reshape(-1, 63), "flat rows of 63; reshape"),
+        (lambda y: y[..., :2], "2-D image points"),
+        (lambda y: np.full_like(y, np.nan), "no finite value"),
+        (lambda y: y * 1000.0, "millimetres.*divide by 1000"),
+        (lambda y: np.concatenate([640 + 2000 * (y[..., :2] - y[..., :1, :2]), 0.01 * y[..., 2:]], -1),
+         "pixel coordinates"),
+        (lambda y: np.abs(y) * 0.1 + 0.5 * np.array([1, 1, 0]), "centimetres|normalised image"),
+        (lambda y: y.astype(str), "numeric"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(right, make, message):
+    q, y, *_ = synthetic(4, seed=12)
+    with pytest.raises(ValueError, match=message):
+        wj.solve(right, make(y))
+
+
+def test_normalised_image_coordinates_are_recognised(right):
+    q, y, *_ = synthetic(4, seed=13)
+    img = 0.5 + 0.8 * y[..., :2]  # x, y in [0, 1]
+    lm = np.concatenate([img, 0.01 * y[..., 2:]], -1)
+    with pytest.raises(ValueError, match="normalised image coordinates"):
+        wj.solve(right, lm)
+
+
+def test_gradients_through_the_solver_match_finite_differences(right):
+    """Unrolled reverse-mode gradients of a loss on solved angles w.r.t. landmarks and model leaves."""
+    q = np.asarray(wj.named_pose("victory")) * 0.6 + 0.1
+    y = jnp.asarray(reference_keypoints(q))
+    hand = right
+
+    def loss_y(y):
+        return jnp.sum(jnp.sin(wj.solve(hand, y).angles[4:12]))
+
+    g = np.asarray(jax.grad(loss_y)(y))
+    eps = 1e-6
+    for k, c in [(8, 1), (12, 0), (6, 2)]:
+        d = jnp.zeros_like(y).at[k, c].set(eps)
+        fd = (loss_y(y + d) - loss_y(y - d)) / (2 * eps)
+        np.testing.assert_allclose(g[k, c], float(fd), rtol=1e-4, atol=1e-7)
+
+    i = hand.link_index("index_finger_middle")
+
+    def loss_h(z):
+        h = hand.replace(origin_xyz=hand.origin_xyz.at[i, 2].set(z))
+        return jnp.sum(wj.solve(h, y).angles[4:8])
+
+    z0 = hand.origin_xyz[i, 2]
+    gz = float(jax.grad(loss_h)(z0))
+    fd = float((loss_h(z0 + eps) - loss_h(z0 - eps)) / (2 * eps))
+    np.testing.assert_allclose(gz, fd, rtol=1e-4, atol=1e-7)
+    assert abs(gz) > 1e-3
+
+
+def test_optax_solves_the_same_problem(right):
+    import optax
+
+    q, y, *_ = synthetic(4, seed=14)
+    res = wj.solve_optax(right, y, optimizer=optax.adam(0.01), steps=600)
+    assert np.median(np.asarray(res.residual)) < 2e-3
+    assert np.all(np.asarray(res.angles) >= LOWER - 1e-9) and np.all(np.asarray(res.angles) <= UPPER + 1e-9)
