@@ -553,11 +553,41 @@ def test_cli_reference_calibration_and_errors(tmp_path, capsys):
         inspire_cli.main(["inspire", "--angles", str(tmp_path / "take.npy"), "--speed-ratio", "3"])
 
 
-def test_cli_landmarks_need_solver(tmp_path):
+def _solved_commands(hand, pose_names, seed=0):
+    """Poses → FK → random similarity + 1 mm noise → IK → Inspire commands (issue 4's round trip)."""
+    rng = np.random.default_rng(seed)
+    q = np.stack([named_pose(n) for n in pose_names])
+    kp = np.asarray(wj.forward_keypoints(hand, jnp.asarray(q)))
+    A = rng.normal(size=(len(q), 3, 3))
+    R, _ = np.linalg.qr(A)
+    R *= np.sign(np.linalg.det(R))[:, None, None]
+    y = 1.1 * np.einsum("bij,bkj->bki", R, kp) + rng.normal(0, 0.2, (len(q), 1, 3))
+    y = y + rng.normal(0, 0.001, y.shape)
+    res = wj.solve(hand, y)
+    return np.asarray(wi.to_inspire(res.angles, hand=hand))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_poses_solved_back_from_landmarks(side):
+    hand = wj.load_hand(side)
+    names = ["open", "fist", "point", "victory", "thumbs_up"]
+    c = dict(zip(names, _solved_commands(hand, names)))
+    # motor order: little, ring, middle, fore, thumb bend, thumb rotation
+    assert np.all(c["open"] > 0.9)
+    assert np.all(c["fist"][:4] < 0.1)
+    assert c["point"][3] > 0.9 and np.all(c["point"][:3] < 0.1)
+    assert np.all(c["victory"][2:4] > 0.9) and np.all(c["victory"][:2] < 0.1)
+    assert c["thumbs_up"][4] > 0.9 and np.all(c["thumbs_up"][:4] < 0.1)
+
+
+def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
     from wuji_jax import inspire_cli
 
-    np.save(tmp_path / "lm.npy", np.random.default_rng(0).normal(0, 0.05, (2, 21, 3)))
-    if hasattr(wj, "solve"):
-        pytest.skip("wuji_jax.solve exists: the landmark path is covered by the round-trip tests")
-    with pytest.raises(ImportError, match="wuji_jax.solve"):
-        inspire_cli.main(["inspire", "--landmarks", str(tmp_path / "lm.npy")])
+    q = np.stack([named_pose("open"), named_pose("fist")])
+    np.save(tmp_path / "lm.npy", np.asarray(wj.forward_keypoints(right, jnp.asarray(q))))
+    out = tmp_path / "cmd.jsonl"
+    assert inspire_cli.main(["inspire", "--landmarks", str(tmp_path / "lm.npy"), "-o", str(out)]) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 2 and lines[0]["topic"] == "/inspire_hand/ctrl/right_hand"
+    first = np.asarray(lines[0]["msg"]["position"])
+    assert np.all(first > 0.9)

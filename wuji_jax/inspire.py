@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .filters import one_euro_step
 from .kinematics import coupled_angles
 from .model import HandModel, load_hand
 
@@ -692,21 +693,6 @@ def _ema_step(y, x, dt, tau):
     return y + a * (x - y)
 
 
-def _one_euro_alpha(dt, cutoff):
-    r = 2.0 * jnp.pi * cutoff * dt
-    return r / (r + 1.0)
-
-
-def _one_euro_step(y, dy, x, dt, min_cutoff, beta, d_cutoff):
-    """One-euro filter (Casiez et al., CHI 2012): cutoff rises with speed, so lag drops in motion."""
-    ok = dt > 0
-    dt_safe = jnp.where(ok, dt, 1.0)
-    dx = jnp.where(ok, (x - y) / dt_safe, 0.0)
-    dy = dy + jnp.where(ok, _one_euro_alpha(dt_safe, d_cutoff), 0.0) * (dx - dy)
-    a = jnp.where(ok, _one_euro_alpha(dt_safe, min_cutoff + beta * jnp.abs(dy)), 0.0)
-    return y + a * (x - y), dy
-
-
 def _check_stream(cmds, timestamps) -> tuple[jax.Array, np.ndarray, jax.Array]:
     """``(cmds (T, 6), timestamps (T,) float64 NumPy, dt (T − 1,))``.
 
@@ -768,7 +754,7 @@ def _smooth_kernel(c, dt, method, tau, min_cutoff, beta, d_cutoff):
         if method == "exponential":
             y = _ema_step(y, x, dt, tau)
         else:
-            y, dy = _one_euro_step(y, dy, x, dt, min_cutoff, beta, d_cutoff)
+            y, dy = one_euro_step(y, dy, x, dt, min_cutoff, beta, d_cutoff)
         return (y, dy), y
 
     _, ys = jax.lax.scan(step, (c[0], jnp.zeros_like(c[0])), (c[1:], dt))
@@ -818,7 +804,7 @@ def _stream_step(hand, calibration, q, state, dt, rate, method, tau, min_cutoff,
     if method == "exponential":
         y = _ema_step(y, x, dt, tau)
     elif method == "one_euro":
-        y, dy = _one_euro_step(y, dy, x, dt, min_cutoff, beta, d_cutoff)
+        y, dy = one_euro_step(y, dy, x, dt, min_cutoff, beta, d_cutoff)
     else:
         y = x
     out = _rate_step(out, y, dt, rate)
