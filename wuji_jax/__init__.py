@@ -6,6 +6,7 @@ The map of the library (everything below is public; modules starting with ``_`` 
 * kinematics: ``forward_keypoints``, ``forward_kinematics``, ``coupled_angles``, ``full_angles``
 * landmarks:  MediaPipe names/indices, ``check_landmarks``, ``detect_side``
 * solver:     ``solve``, ``solve_optax``, ``landmark_loss``, ``SolverConfig``, ``IKResult``
+* sequence / calibration: ``solve_sequence``, ``calibrate``
 * inspire:    ``wj.inspire.to_inspire`` and ROS-shaped payloads (seed 003)
 * poses:      ``named_pose``, ``POSES``
 * io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``)
@@ -13,6 +14,7 @@ The map of the library (everything below is public; modules starting with ``_`` 
 """
 
 from . import inspire as inspire
+from .calibration import calibrate as calibrate
 from . import landmarks as landmarks
 from .kinematics import LinkFrames as LinkFrames
 from .kinematics import coupled_angles as coupled_angles
@@ -36,6 +38,7 @@ from .solver import neutral_angles as neutral_angles
 from .solver import pose_from_palm as pose_from_palm
 from .solver import solve as solve
 from .solver import solve_optax as solve_optax
+from .sequence import solve_sequence as solve_sequence
 
 __version__ = "0.1.0"
 

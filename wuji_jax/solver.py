@@ -814,6 +814,11 @@ def solve(
         if _is_traced(lm):
             raise ValueError("side= needs concrete landmarks; pick the hand model outside jit")
         hand = _pick_side(hand, lm, side)
+    return _solve_checked(hand, lm, weights, q0a, config)
+
+
+def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig) -> IKResult:
+    """:func:`solve` after validation: ``lm (*b, 21, 3)``, ``weights (*b, 21)``, ``q0a (*b, n)``."""
     batch = lm.shape[:-2]
     flat = int(np.prod(batch)) if batch else 1
     dtype = jnp.float64 if (lm.dtype == jnp.float64 and jax.config.jax_enable_x64) else jnp.float32

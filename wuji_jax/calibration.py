@@ -1,0 +1,116 @@
+"""Per-subject calibration: fit bone lengths and palm offsets of the model to one recording."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .landmarks import check_landmarks
+from .model import _FIXED, HandModel
+from .solver import SolverConfig, landmark_loss, solve
+
+__all__ = ["calibrate", "calibration_params", "apply_calibration"]
+
+
+def _segments(hand: HandModel):
+    """Static index arrays: bone links (below a metacarpal; their offset is a bone length — links with
+    a zero offset get a parameter with no effect) and palm links (fixed children of the root)."""
+    palm = [i for i in range(1, hand.num_links) if hand.parents[i] == 0 and hand.kinds[i] == _FIXED]
+    bones = [i for i in range(1, hand.num_links) if i not in palm]
+    return np.asarray(bones, int), np.asarray(palm, int)
+
+
+def calibration_params(hand: HandModel):
+    """Zero parameters: ``{"log_length": (nb,), "palm": (np, 3)}`` (log scale of each bone, metres)."""
+    bones, palm = _segments(hand)
+    dt = hand.origin_xyz.dtype
+    return {"log_length": jnp.zeros(len(bones), dt), "palm": jnp.zeros((len(palm), 3), dt),
+            "palm_rot": jnp.zeros((len(palm), 3), dt)}
+
+
+def apply_calibration(hand: HandModel, params) -> HandModel:
+    """The model with bones scaled by ``exp(log_length)``, palm offsets moved by ``palm`` (metres) and
+    metacarpal frames turned by the rotation vectors ``palm_rot`` (radians)."""
+    from .solver import _so3_exp
+
+    bones, palm = _segments(hand)
+    xyz = hand.origin_xyz
+    xyz = xyz.at[bones].set(xyz[bones] * jnp.exp(params["log_length"])[:, None])
+    xyz = xyz.at[palm].add(params["palm"])
+    turn = jnp.transpose(_so3_exp(params["palm_rot"].T), (2, 0, 1))  # (np, 3, 3)
+    rot = hand.origin_rot.at[palm].set(hand.origin_rot[palm] @ turn)
+    return hand.replace(origin_xyz=xyz, origin_rot=rot)
+
+
+def calibrate(
+    hand: HandModel,
+    landmarks,
+    weights=None,
+    *,
+    rounds: int = 5,
+    steps: int = 400,
+    learning_rate: float = 5e-3,
+    length_prior: float = 1.0,
+    palm_prior: float = 0.05,
+    rotation_prior: float = 0.3,
+    max_frames: int = 300,
+    config: SolverConfig | None = None,
+    check_units: bool = True,
+) -> HandModel:
+    """Fit bone lengths (and palm offsets) to one person's recording, regularised towards ``hand``.
+
+    Alternates ``rounds`` times: solve the frames with the current model, then ``steps`` Adam steps on
+    the model parameters with angles and wrist poses held, minimising the mean landmark loss plus
+    ``Σ (log_length / length_prior)² + Σ (palm / palm_prior)² + Σ (palm_rot / rotation_prior)²``
+    (defaults: a factor e per bone, 5 cm per palm point, 0.3 rad per metacarpal frame — weak priors
+    that only keep the problem well posed). The per-frame scale stays free, so only the hand's
+    proportions and palm shape are learnt.
+
+    Args:
+        landmarks: ``(T, 21, 3)`` (or any ``(*batch, 21, 3)``) metres; up to ``max_frames`` evenly
+            spaced valid frames are used.
+
+    Returns:
+        A :class:`HandModel` with calibrated ``origin_xyz``.
+    """
+    import optax
+
+    config = config or SolverConfig()
+    lm = check_landmarks(landmarks, check_units=check_units).reshape(-1, 21, 3)
+    w = np.ones(lm.shape[:2], lm.dtype) if weights is None else np.asarray(weights, lm.dtype).reshape(-1, 21)
+    usable = np.isfinite(lm).all(-1) & (w > 0)
+    keep = np.flatnonzero(usable.sum(-1) >= 15)
+    if keep.size < 5:
+        raise ValueError(f"calibration needs >= 5 frames with >= 15 landmarks; got {keep.size}")
+    keep = keep[np.linspace(0, keep.size - 1, min(max_frames, keep.size)).astype(int)]
+    lm, w = jnp.asarray(lm[keep]), jnp.asarray(w[keep])
+    params = calibration_params(hand)
+    opt = optax.adam(learning_rate)
+
+    def objective(p, q, R, t, logs):
+        h = apply_calibration(hand, p)
+        data = jnp.mean(landmark_loss(h, q, R, t, logs, lm, w, config))
+        prior = (jnp.sum((p["log_length"] / length_prior) ** 2) + jnp.sum((p["palm"] / palm_prior) ** 2)
+                 + jnp.sum((p["palm_rot"] / rotation_prior) ** 2))
+        return data + prior
+
+    @jax.jit
+    def fit(p, q, R, t, logs):
+        state = opt.init(p)
+
+        def body(carry, _):
+            p, s = carry
+            g = jax.grad(objective)(p, q, R, t, logs)
+            upd, s = opt.update(g, s, p)
+            return (optax.apply_updates(p, upd), s), None
+
+        (p, _), _ = jax.lax.scan(body, (p, state), None, length=steps)
+        return p
+
+    for _ in range(rounds):
+        r = solve(apply_calibration(hand, params), lm, w, config, check_units=False)
+        params = fit(params, r.angles, r.rotation, r.translation, jnp.log(r.scale))
+    return apply_calibration(hand, params)
