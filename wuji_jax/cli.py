@@ -242,5 +242,113 @@ def _image_formats() -> set[str]:
     return set(FigureCanvasBase.get_supported_filetypes())
 
 
+# -------------------------------------------------------------------------------------------- solve
+
+_SOLVE_FORMATS = ("parquet", "npz", "csv")
+
+
+@verb
+def _solve_parser(sub) -> None:
+    p = sub.add_parser(
+        "solve",
+        help="solve landmark recordings into a table of joint angles (resumable)",
+        description="Fit the WG110v12 hand to every frame of MediaPipe landmark files (metres): joint "
+        "angles, wrist pose, scale, residual, flags and Inspire commands, one row a frame, plus a plot "
+        "and a summary next to the table. Large inputs are streamed in chunks; an interrupted run "
+        "started again with the same arguments continues where it stopped. With no INPUT it solves the "
+        "bundled sample recording. Python: wuji_jax.batch.solve_dataset(inputs, out, ...).",
+    )
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="landmark files, globs or folders (.npy .npz .csv .jsonl .parquet .h5, videos); "
+                        "default: the bundled sample")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="table to write (.parquet, .npz or .csv; default: wuji_out/<input>_angles.parquet)")
+    p.add_argument("--side", choices=("right", "left", "auto"), default="right",
+                   help="hand model (default: right; auto decides per file from the landmarks)")
+    p.add_argument("--chunk-size", type=int, default=4096, metavar="N",
+                   help="frames per chunk, the unit of memory use and of resumption (default: 4096)")
+    p.add_argument("--no-resume", action="store_true", help="start over instead of reusing finished chunks")
+    p.add_argument("--iterations", type=int, default=None, metavar="N",
+                   help="Levenberg-Marquardt iterations per frame (default: the solver's, 20)")
+    p.add_argument("--format", choices=_SOLVE_FORMATS, default=None,
+                   help="output format when -o has no extension (default: parquet, npz without pyarrow)")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                   help="a bad file stops the run (raise, default) or is reported and skipped (skip; "
+                        "exit status 1 after writing the rest)")
+    p.add_argument("--fps", type=float, default=None, help="frame rate for files without timestamps")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the angles over time")
+    p.add_argument("--quiet", action="store_true", help="no progress line; print only where outputs went")
+    p.set_defaults(run=_run_solve)
+
+
+def _solve_output(args) -> Path:
+    import importlib.util
+
+    fmt = args.format
+    if args.output:
+        out = Path(args.output)
+        ext = out.suffix.lower().lstrip(".")
+        if not ext:
+            return out.with_suffix("." + (fmt or "parquet"))
+        ext = {"pq": "parquet"}.get(ext, ext)
+        if ext not in _SOLVE_FORMATS:
+            raise UsageError(f"-o {args.output}: unknown table format {out.suffix!r}; use .parquet, .npz or .csv")
+        if fmt and fmt != ext:
+            raise UsageError(f"-o {args.output} and --format {fmt} disagree; give one of them")
+        return out
+    if fmt is None:
+        fmt = "parquet" if importlib.util.find_spec("pyarrow") is not None else "npz"
+    if not args.inputs:
+        stem = "sample"
+    elif len(args.inputs) == 1 and not any(c in args.inputs[0] for c in "*?[") and not Path(args.inputs[0]).is_dir():
+        stem = Path(args.inputs[0]).stem
+    else:
+        stem = "dataset"
+    return Path("wuji_out") / f"{stem}_angles.{fmt}"
+
+
+def _run_solve(args) -> int:
+    if args.chunk_size < 1:
+        raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}")
+    if args.iterations is not None and args.iterations < 1:
+        raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.fps is not None and not args.fps > 0:
+        raise UsageError(f"--fps must be > 0, got {args.fps}")
+    out = _solve_output(args)
+
+    from .batch import sample_landmarks_path, solve_dataset
+
+    inputs = list(args.inputs)
+    if not inputs:
+        inputs = [str(sample_landmarks_path())]
+        if not args.quiet:
+            print(f"no INPUT given: solving the bundled sample {inputs[0]}")
+    s = solve_dataset(inputs, out, side=args.side, chunk_size=args.chunk_size, resume=not args.no_resume,
+                      progress=not args.quiet, iterations=args.iterations, on_error=args.on_error,
+                      fps=args.fps, plot=not args.no_plot)
+    for e in s["errors"]:
+        print(f"{PROG}: error: {_one_line(e)} (skipped)", file=sys.stderr)
+    if not args.quiet:
+        for n in s["notes"]:
+            print(f"note: {_one_line(n)}")
+        resumed = f", {s['resumed_frames']:,} resumed from an interrupted run" if s["resumed_frames"] else ""
+        res = ("" if s["residual_mm_mean"] is None else
+               f"; residual mean {s['residual_mm_mean']:.2f} mm, median {s['residual_mm_median']:.2f} mm")
+        print(f"solved {s['frames']:,} frames from {s['files']} file{'s' if s['files'] != 1 else ''} in "
+              f"{s['wall_seconds']:.1f} s ({s['frames_per_second']:,.0f} frames/s incl. compilation{resumed}): "
+              f"{s['valid']:,} valid, {s['flagged']:,} flagged{res}")
+    print(f"angles:  {s['output']}")
+    if s["plot"]:
+        print(f"plot:    {s['plot']}")
+    print(f"summary: {s['summary']}")
+    return 1 if s["errors"] else 0
+
+
+# Registered here so that ``wuji-jax inspire`` sits next to the other verbs.
+from .inspire_cli import add_inspire_command  # noqa: E402
+
+verb(add_inspire_command)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

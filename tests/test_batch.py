@@ -1,0 +1,370 @@
+"""``wuji_jax.batch.solve_dataset`` and ``wuji-jax solve``: streaming, resumption, sharding, bad input.
+
+Everything runs on small chunks (64 frames) and 5 LM iterations so that the solver compiles once for
+the whole module (one fixed kernel shape); the multi-device check runs in a subprocess with four
+forced host devices.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import wuji_jax as wj
+from wuji_jax import batch
+from wuji_jax.cli import main
+from wuji_jax.solver import FLAG_TOO_FEW_LANDMARKS, _solve_flat
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("pyarrow")
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = dict(chunk_size=64, iterations=5, progress=False, plot=False)
+
+
+@pytest.fixture(scope="module")
+def world():
+    """The bundled sample's world landmarks, ``(621, 21, 3)`` metres, float64."""
+    with np.load(batch.sample_landmarks_path()) as z:
+        return np.asarray(z["world"], np.float64)
+
+
+def _npy(path: Path, a) -> str:
+    np.save(path, np.asarray(a, np.float64))
+    return str(path)
+
+
+def _reference(side: str, lm: np.ndarray):
+    """``wj.solve`` in 64-frame pieces (the kernel shape compiled for the whole module)."""
+    hand = wj.load_hand(side)
+    pieces = []
+    for s in range(0, len(lm), 64):
+        x = np.full((64, 21, 3), np.nan)
+        x[:len(lm[s:s + 64])] = lm[s:s + 64]
+        r = wj.solve(hand, x, iterations=5)
+        pieces.append({k: np.asarray(v)[:len(lm[s:s + 64])] for k, v in r._asdict().items()})
+    return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("wuji-jax: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------ outputs
+
+
+def test_outputs_readable_with_expected_columns(tmp_path, world):
+    src = _npy(tmp_path / "take.npy", world[:150])
+    tables = {}
+    for fmt in ("parquet", "csv", "npz"):
+        out = tmp_path / f"angles.{fmt}"
+        s = batch.solve_dataset(src, out, **{**FAST, "plot": fmt == "parquet"})
+        assert s["frames"] == 150 and s["solved_frames"] == 150 and s["resumed_frames"] == 0
+        assert s["output"] == str(out) and out.is_file()
+        assert not Path(str(out) + ".parts").exists()  # parts are cleaned up
+        saved = json.loads((tmp_path / "angles_summary.json").read_text())
+        assert saved["frames"] == 150 and saved["output"] == str(out)
+        tables[fmt] = (pd.read_parquet(out) if fmt == "parquet" else pd.read_csv(out) if fmt == "csv"
+                       else pd.DataFrame(wj.io.read_results(out)))
+    png = tmp_path / "angles_plot.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 20_000
+
+    cols = batch.output_columns()
+    assert "thumb_cmc_rot" in cols and "inspire_thumb_rotation" in cols and "residual_mm" in cols
+    for df in tables.values():
+        assert list(df.columns) == cols
+        assert len(df) == 150
+        np.testing.assert_array_equal(df["frame"], np.arange(150))
+    df = tables["parquet"]
+    assert (df["source"] == src).all() and (df["side"] == "right").all()
+    for fmt in ("csv", "npz"):  # every format holds the same numbers
+        for c in cols:
+            if c in ("source", "side", "timestamp"):
+                continue
+            np.testing.assert_array_equal(np.asarray(tables[fmt][c]), np.asarray(df[c]), err_msg=c)
+
+    q = df[list(wj.load_hand("right").joint_names)].to_numpy()
+    res = _reference("right", world[:150])
+    np.testing.assert_allclose(q, res["angles"], atol=1e-9)  # the same solver, row for row
+    quat = df[["wrist_qw", "wrist_qx", "wrist_qy", "wrist_qz"]].to_numpy()
+    np.testing.assert_allclose(np.linalg.norm(quat, axis=1), 1.0, atol=1e-12)
+    assert (quat[:, 0] >= 0).all()
+    w, x, y, z = quat.T  # the quaternion stands for the solver's rotation matrix
+    R = np.stack([np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+                  np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+                  np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1)], -2)
+    np.testing.assert_allclose(R, res["rotation"], atol=1e-9)
+    np.testing.assert_allclose(df["residual_mm"], res["residual"] * 1000, atol=1e-9)
+    assert ((df[[c for c in cols if c.startswith("inspire_")]] >= 0).all().all()
+            and (df[[c for c in cols if c.startswith("inspire_")]] <= 1).all().all())
+
+
+def test_kernel_compiles_once_for_any_length(tmp_path, world):
+    batch.solve_dataset(_npy(tmp_path / "a.npy", world[:40]), tmp_path / "a.npz", **FAST)
+    before = _solve_flat._cache_size()
+    for n in (1, 64, 65, 200):
+        s = batch.solve_dataset(_npy(tmp_path / f"b{n}.npy", world[:n]), tmp_path / f"b{n}.npz", **FAST)
+        assert s["frames"] == n
+    assert _solve_flat._cache_size() == before
+
+
+# ------------------------------------------------------------------------------------------- resume
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+def _kill_after(monkeypatch, n_parts: int):
+    real = batch._write_part
+    calls = []
+
+    def write_then_die(path, arrays):
+        if len(calls) == n_parts:
+            raise _Killed("killed")
+        real(path, arrays)
+        calls.append(path)
+
+    monkeypatch.setattr(batch, "_write_part", write_then_die)
+    return calls
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_killed_run_resumes_to_identical_output(tmp_path, world, monkeypatch, fmt):
+    # two files, so that a chunk holds the end of one and the start of the other
+    files = [_npy(tmp_path / "a.npy", world[:150]), _npy(tmp_path / "b.npy", world[150:330])]
+    ref = tmp_path / f"ref.{fmt}"
+    batch.solve_dataset(files, ref, **FAST)
+
+    out = tmp_path / f"run.{fmt}"
+    calls = _kill_after(monkeypatch, 2)
+    with pytest.raises(_Killed):
+        batch.solve_dataset(files, out, **FAST)
+    assert len(calls) == 2 and not out.exists()
+    parts = Path(str(out) + ".parts")
+    assert sorted(p.name for p in parts.glob("chunk_*.npz")) == ["chunk_000000000000.npz",
+                                                                 "chunk_000000000064.npz"]
+    assert not list(parts.glob("*.tmp"))
+    manifest = json.loads((parts / "manifest.json").read_text())
+    assert [i["path"] for i in manifest["identity"]["inputs"]] == [str(Path(f).resolve()) for f in files]
+    monkeypatch.undo()
+
+    s = batch.solve_dataset(files, out, **FAST)
+    assert s["resumed_frames"] == 128 and s["solved_frames"] == 330 - 128 and s["frames"] == 330
+    assert out.read_bytes() == ref.read_bytes()  # byte for byte
+    df = pd.read_parquet(out) if fmt == "parquet" else pd.read_csv(out)
+    assert len(df) == 330  # nothing lost or duplicated
+    np.testing.assert_array_equal(df["frame"], np.r_[np.arange(150), np.arange(180)])
+    assert list(df["source"]) == [files[0]] * 150 + [files[1]] * 180
+
+
+def test_finished_files_are_not_read_again(tmp_path, world, monkeypatch):
+    files = [_npy(tmp_path / f"{k}.npy", world[100 * k:100 * k + 100]) for k in range(3)]
+    ref = tmp_path / "ref.npz"
+    batch.solve_dataset(files, ref, **FAST)
+    out = tmp_path / "run.npz"
+    _kill_after(monkeypatch, 3)  # chunks 0-127, 128-191 done: file 0 is finished
+    with pytest.raises(_Killed):
+        batch.solve_dataset(files, out, **FAST)
+    monkeypatch.undo()
+    read = []
+    real = batch._read_file
+    monkeypatch.setattr(batch, "_read_file", lambda src, *a: read.append(src) or real(src, *a))
+    s = batch.solve_dataset(files, out, **FAST)
+    assert Path(read[0]).name == "1.npy" and len(read) == 2
+    assert s["resumed_frames"] == 192
+    a, b = wj.io.read_results(ref), wj.io.read_results(out)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_changed_input_or_no_resume_starts_over(tmp_path, world, monkeypatch):
+    src = tmp_path / "take.npy"
+    _npy(src, world[:200])
+    out = tmp_path / "run.parquet"
+    _kill_after(monkeypatch, 2)
+    with pytest.raises(_Killed):
+        batch.solve_dataset(str(src), out, **FAST)
+    monkeypatch.undo()
+    s = batch.solve_dataset(str(src), out, **{**FAST, "iterations": 5}, resume=False)
+    assert s["resumed_frames"] == 0
+
+    _kill_after(monkeypatch, 2)
+    with pytest.raises(_Killed):
+        batch.solve_dataset(str(src), out, **FAST)
+    monkeypatch.undo()
+    _npy(src, world[1:201])  # new content (size and mtime change)
+    os.utime(src, ns=(1, 1))
+    s = batch.solve_dataset(str(src), out, **FAST)
+    assert s["resumed_frames"] == 0 and s["solved_frames"] == 200
+    assert any("changed" in n and "started over" in n for n in s["notes"])
+    np.testing.assert_allclose(pd.read_parquet(out)["scale"], _reference("right", world[1:201])["scale"],
+                               atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------- bad input
+
+
+def test_bad_frames_are_flagged_and_kept(tmp_path, world):
+    a = world[:100].copy()
+    a[3] = np.nan  # no hand
+    a[10, :15] = np.nan  # too few landmarks
+    a[20] = np.inf
+    a[30] = 0.0  # every landmark at one point
+    a[40, 8] += 5.0  # one wild landmark: solved, robust loss
+    s = batch.solve_dataset(_npy(tmp_path / "bad_frames.npy", a), tmp_path / "out.parquet", **FAST)
+    df = pd.read_parquet(tmp_path / "out.parquet")
+    assert len(df) == 100 and s["frames"] == 100
+    for i in (3, 10, 20):
+        assert not df["valid"][i] and df["flags"][i] & FLAG_TOO_FEW_LANDMARKS, i
+    assert df["flags"][30] != 0
+    assert df["valid"].sum() == s["valid"] and (df["flags"] != 0).sum() == s["flagged"] >= 4
+    assert np.isfinite(df[list(wj.load_hand("right").joint_names)].to_numpy()).all()
+
+
+def test_bad_file_raises_one_line_naming_it(tmp_path, world):
+    good = _npy(tmp_path / "good.npy", world[:50])
+    bad = _npy(tmp_path / "bad_shape.npy", np.zeros((10, 20, 3)))
+    with pytest.raises(ValueError, match=r"bad_shape\.npy: .*shape") as e:
+        batch.solve_dataset([good, bad], tmp_path / "o.parquet", **FAST)
+    assert "\n" not in str(e.value)
+    mm = _npy(tmp_path / "millimetres.npy", world[:50] * 1000)
+    with pytest.raises(ValueError, match=r"millimetres\.npy: .*millimetres"):
+        batch.solve_dataset(mm, tmp_path / "o.parquet", **FAST)
+    with pytest.raises(ValueError, match="side must be"):
+        batch.solve_dataset(good, tmp_path / "o.parquet", side="both")
+    with pytest.raises(ValueError, match="unsupported output extension"):
+        batch.solve_dataset(good, tmp_path / "o.txt")
+
+
+def test_bad_files_are_skipped_on_request(tmp_path, world):
+    a = _npy(tmp_path / "a.npy", world[:90])
+    missing = str(tmp_path / "missing.npy")
+    # a CSV that breaks part-way: its first chunk is already solved when line 101 fails
+    cols = ",".join(wj.io.LANDMARK_COLUMNS)
+    rows = [",".join(repr(float(v)) for v in f.reshape(-1)) for f in world[:120]]
+    rows[99] = rows[99].replace(rows[99].split(",")[5], "oops", 1)
+    broken = tmp_path / "broken.csv"
+    broken.write_text(cols + "\n" + "\n".join(rows) + "\n")
+    b = _npy(tmp_path / "b.npy", world[200:270])
+    out = tmp_path / "o.parquet"
+    s = batch.solve_dataset([a, missing, str(broken), b], out, on_error="skip", **FAST)
+    assert len(s["errors"]) == 2
+    assert s["errors"][0].startswith(missing) and "no such file" in s["errors"][0]
+    assert s["errors"][1].startswith(str(broken)) and "line 101" in s["errors"][1]
+    df = pd.read_parquet(out)
+    assert len(df) == s["frames"] == 160 and s["files"] == 2
+    assert list(df["source"]) == [a] * 90 + [b] * 70  # the broken file's solved rows are dropped
+    np.testing.assert_array_equal(df["frame"], np.r_[np.arange(90), np.arange(70)])
+    with pytest.raises(ValueError, match="nothing solved: .*missing.npy"):
+        batch.solve_dataset([missing], tmp_path / "none.parquet", on_error="skip", **FAST)
+
+
+def test_side_auto_per_file(tmp_path, world):
+    right = _npy(tmp_path / "r.npy", world[:100])
+    left = _npy(tmp_path / "l.npy", world[100:150] * np.array([-1.0, 1.0, 1.0]))  # mirrored: a left hand
+    out = tmp_path / "o.parquet"
+    s = batch.solve_dataset([right, left, right], out, side="auto", **FAST)
+    df = pd.read_parquet(out)
+    assert len(df) == 250 and s["frames"] == 250
+    assert list(df["side"]) == ["right"] * 100 + ["left"] * 50 + ["right"] * 100
+    ql = df[list(wj.load_hand("left").joint_names)].to_numpy()[100:150]
+    ref = _reference("left", world[100:150] * np.array([-1.0, 1.0, 1.0]))
+    np.testing.assert_allclose(ql, ref["angles"], atol=1e-9)
+    # the mirrored file solved as a right hand: a note, not a failure
+    s = batch.solve_dataset(left, tmp_path / "o2.parquet", side="right", **FAST)
+    assert any("left hand" in n for n in s["notes"])
+
+
+# ------------------------------------------------------------------------------------ multi-device
+
+_MULTI = textwrap.dedent("""
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    from wuji_jax import batch
+    assert len(jax.local_devices()) == 4, jax.local_devices()
+    k = batch._Kernel(__import__("wuji_jax").SolverConfig(iterations=5), jax.local_devices(), 64, np.float64)
+    outs = k.dispatch("right", np.load(sys.argv[1])[:64], True)
+    a = outs[0]["angles"]
+    assert all(len(v.sharding.device_set) == 4 for v in outs[0].values()), a.sharding
+    assert a.sharding.shard_shape(a.shape) == (16, 20), a.sharding  # split over frames, not replicated
+    s = batch.solve_dataset(sys.argv[1], sys.argv[2], chunk_size=64, iterations=5, progress=False,
+                            plot=False)
+    assert len(s["devices"]) == 4, s["devices"]
+    print("frames", s["frames"])
+""")
+
+
+def test_sharded_over_four_host_devices_matches_one(tmp_path, world):
+    src = _npy(tmp_path / "take.npy", world[:300])
+    out4 = tmp_path / "four.npz"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("XLA_FLAGS", None)
+    p = subprocess.run([sys.executable, "-c", _MULTI, src, str(out4)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "frames 300" in p.stdout
+    s = batch.solve_dataset(src, tmp_path / "one.npz", devices=1, **FAST)
+    assert len(s["devices"]) == 1
+    a, b = wj.io.read_results(out4), wj.io.read_results(tmp_path / "one.npz")
+    assert list(a) == list(b)
+    for k in a:
+        if a[k].dtype.kind == "f":
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-9, err_msg=k)
+        else:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_solve_tiny_file(tmp_path, world, capsys):
+    src = _npy(tmp_path / "tiny.npy", world[:30])
+    out = tmp_path / "tiny.csv"
+    assert main(["solve", src, "-o", str(out), "--chunk-size", "64", "--iterations", "5", "--quiet",
+                 "--no-plot"]) == 0
+    o = capsys.readouterr()
+    assert f"angles:  {out}" in o.out and o.err == ""
+    df = pd.read_csv(out)
+    assert len(df) == 30 and list(df.columns) == batch.output_columns()
+    assert json.loads((tmp_path / "tiny_summary.json").read_text())["frames"] == 30
+
+    assert main(["solve", str(tmp_path / "nope.npy"), "-o", str(out)]) == 1
+    assert "nope.npy: no such file" in _one_line_error(capsys)
+    assert main(["solve", src, "--chunk-size", "0"]) == 2
+    assert "--chunk-size" in _one_line_error(capsys)
+    assert main(["solve", src, "-o", str(tmp_path / "x.parquet"), "--format", "csv"]) == 2
+    assert "disagree" in _one_line_error(capsys)
+    assert main(["solve", src, "-o", str(tmp_path / "x.txt")]) == 2
+    _one_line_error(capsys)
+    bad = _npy(tmp_path / "flat.npy", np.zeros((5, 63)))
+    assert main(["solve", src, bad, "-o", str(tmp_path / "s.npz"), "--chunk-size", "64",
+                 "--iterations", "5", "--quiet", "--no-plot", "--on-error", "skip"]) == 1
+    assert "flat.npy" in _one_line_error(capsys) and (tmp_path / "s.npz").is_file()
+
+
+def test_cli_solve_bundled_sample(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["solve", "--chunk-size", "64", "--iterations", "5"]) == 0
+    o = capsys.readouterr()
+    assert "bundled sample" in o.out and "solved 621 frames" in o.out
+    assert "solve 621/621 frames" in o.err  # the progress line
+    out = tmp_path / "wuji_out" / "sample_angles.parquet"
+    assert "angles:  wuji_out/sample_angles.parquet" in o.out
+    df = pd.read_parquet(out)
+    assert len(df) == 621 and df["valid"].all()
+    assert np.isfinite(df["timestamp"]).all() and np.median(df["residual_mm"]) < 15
+    assert (tmp_path / "wuji_out" / "sample_angles_plot.png").is_file()
+    assert (tmp_path / "wuji_out" / "sample_angles_summary.json").is_file()
