@@ -46,6 +46,6 @@ __version__ = "0.1.0"
 def __getattr__(name):  # lazy optional modules: matplotlib / mediapipe / pyarrow load on first use
     import importlib
 
-    if name in ("viz", "io", "video"):
+    if name in ("viz", "io", "video", "batch"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'wuji_jax' has no attribute {name!r}")
