@@ -100,18 +100,9 @@ SAMPLE_NAME = "human_hand_video_landmarks.npz"
 
 def sample_landmarks_path() -> Path:
     """The bundled sample recording (621 frames of a right hand, MediaPipe world landmarks, metres)."""
-    import importlib.resources
+    from .model import asset_path
 
-    try:  # installed wheel: assets/ is packaged as wuji_jax.assets
-        res = importlib.resources.files("wuji_jax.assets").joinpath("samples", SAMPLE_NAME)
-        if res.is_file():
-            return Path(str(res))
-    except (ModuleNotFoundError, FileNotFoundError):
-        pass
-    here = Path(__file__).resolve().parent.parent / "assets" / "samples" / SAMPLE_NAME  # source checkout
-    if here.is_file():
-        return here
-    raise FileNotFoundError(f"bundled sample {SAMPLE_NAME} not found; reinstall wuji-jax")
+    return asset_path("samples", SAMPLE_NAME)
 
 
 def output_columns(hand=None, inspire: bool = True) -> list[str]:

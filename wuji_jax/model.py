@@ -378,21 +378,26 @@ def load_urdf(path: str | os.PathLike, side: str = "", keypoints: Sequence[str] 
 # ------------------------------------------------------------------------------------------ assets
 
 
-def urdf_path(side: str = "right") -> Path:
-    """Path of the bundled WG110v12 URDF for ``side`` (``"right"`` or ``"left"``)."""
-    if side not in ("right", "left"):
-        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
-    name = f"wg110v12_{side}.urdf"
+def asset_path(*parts: str) -> Path:
+    """Path of a bundled asset (``asset_path("urdf", "wg110v12_right.urdf")``): the installed wheel's
+    ``wuji_jax.assets`` first, then a source checkout's ``assets/``."""
     try:  # installed wheel: assets/ is packaged as wuji_jax.assets
-        res = importlib.resources.files("wuji_jax.assets").joinpath("urdf", name)
+        res = importlib.resources.files("wuji_jax.assets").joinpath(*parts)
         if res.is_file():
             return Path(str(res))
     except (ModuleNotFoundError, FileNotFoundError):
         pass
-    here = Path(__file__).resolve().parent.parent / "assets" / "urdf" / name  # source checkout
+    here = Path(__file__).resolve().parent.parent.joinpath("assets", *parts)  # source checkout
     if here.is_file():
         return here
-    raise FileNotFoundError(f"bundled URDF {name} not found; reinstall wuji-jax")
+    raise FileNotFoundError(f"bundled asset {'/'.join(parts)} not found; reinstall wuji-jax")
+
+
+def urdf_path(side: str = "right") -> Path:
+    """Path of the bundled WG110v12 URDF for ``side`` (``"right"`` or ``"left"``)."""
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    return asset_path("urdf", f"wg110v12_{side}.urdf")
 
 
 _CACHE: dict[tuple[str, str], HandModel] = {}
