@@ -20,8 +20,8 @@ from wuji_jax import batch
 from wuji_jax.cli import main
 from wuji_jax.solver import FLAG_TOO_FEW_LANDMARKS, _solve_flat
 
-pd = pytest.importorskip("pandas")
-pytest.importorskip("pyarrow")
+import pandas as pd  # noqa: E402
+import pyarrow  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = dict(chunk_size=64, iterations=5, progress=False, plot=False)

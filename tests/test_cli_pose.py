@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-matplotlib = pytest.importorskip("matplotlib")
+import matplotlib  # noqa: E402  (the test extra installs it)
 matplotlib.use("Agg")
 
 from wuji_jax.cli import main  # noqa: E402

@@ -375,7 +375,7 @@ def _results(n=5):
 
 @pytest.mark.parametrize("ext", [".parquet", ".csv"])
 def test_results_open_in_pandas(tmp_path, ext):
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     table = _results()
     motors = ["little", "ring", "middle", "index", "thumb_bend", "thumb_rotation"]
     path = io.write_results(tmp_path / f"r{ext}", table, names={"inspire": motors})

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-matplotlib = pytest.importorskip("matplotlib")
+import matplotlib  # noqa: E402  (the test extra installs it)
 matplotlib.use("Agg")
 
 import wuji_jax as wj  # noqa: E402
