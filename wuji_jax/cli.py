@@ -344,6 +344,61 @@ def _run_solve(args) -> int:
     return 1 if s["errors"] else 0
 
 
+# --------------------------------------------------------------------------------------------- view
+
+
+@verb
+def _view_parser(sub) -> None:
+    p = sub.add_parser(
+        "view",
+        help="write an interactive HTML view of the kinematic tree",
+        description="Write one self-contained HTML page (no network needed) of the hand's kinematic tree at a "
+        "named pose, at 20 comma-separated joint angles (radians, order as 'wuji-jax pose --list' prints; "
+        "if the first is negative, options first, then '-- -0.1,...') or at the angles in a .npy/.csv/.txt "
+        "file (one pose, or T poses animated by a time slider). In the page: drag to rotate, wheel to zoom, "
+        "click a joint for its axis, limits and angle, sliders to re-pose. Python: "
+        "wuji_jax.viewer.write_viewer.",
+    )
+    p.add_argument("pose", nargs="?", default="open", metavar="POSE|ANGLES",
+                   help="named pose (default: open), 20 comma-separated angles, or an angle file")
+    p.add_argument("--side", choices=("right", "left"), default="right", help="hand (default: right)")
+    p.add_argument("-o", "--output", metavar="OUT.html", default=str(Path("wuji_out", "hand_view.html")),
+                   help="page to write (default: wuji_out/hand_view.html)")
+    p.set_defaults(run=_run_view)
+
+
+def _run_view(args) -> int:
+    import numpy as np
+
+    from .model import load_hand
+    from .poses import POSES, named_pose
+    from .viewer import write_viewer
+
+    hand = load_hand(args.side)
+    text = args.pose
+    if text in POSES:
+        q, what = named_pose(text), f"pose '{text}'"
+    elif Path(text).suffix.lower() in (".npy", ".csv", ".txt"):
+        arr = _load_angle_file(text)
+        if arr.ndim > 2:
+            raise UsageError(f"{text}: expected {hand.num_joints} angles or (T, {hand.num_joints}), got {arr.shape}")
+        q = np.stack([_check_angles(hand, r, f"{text} row {t}") for t, r in enumerate(np.atleast_2d(arr))])
+        what = f"angles from {Path(text).name}"
+    else:
+        try:
+            values = _parse_angle_list(text)
+        except UsageError:
+            raise UsageError(f"unknown pose {text!r}; give one of {', '.join(POSES)}, "
+                             f"{hand.num_joints} comma-separated angles or a .npy/.csv/.txt file") from None
+        q, what = _check_angles(hand, values, "angles"), "given angles"
+    out = Path(args.output)
+    if not out.suffix:
+        out = out.with_suffix(".html")
+    write_viewer(hand, q, out, title=f"WG110v12 {args.side} hand — {what}")
+    print(f"wrote {out}")
+    return 0
+
+
 # Registered here so that ``wuji-jax inspire`` sits next to the other verbs.
 from .inspire_cli import add_inspire_command  # noqa: E402
 
