@@ -1,4 +1,5 @@
-"""Shared helpers for the benchmark scripts: machine/software description, timing, JSON results.
+"""Shared helpers for the benchmark scripts: machine/software description, timing, JSON results,
+IK test data (synthetic round trips, recordings, chunked solving) and headless figures.
 
 Run the scripts from the repository root, e.g. ``PYTHONPATH=. python benchmarks/bench_fk.py``.
 """
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -27,6 +30,11 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def versions(*dists: str) -> dict[str, str | None]:
+    """Installed versions of the named distributions (None where absent)."""
+    return {d: _version(d) for d in dists}
 
 
 def _cpu_model() -> str:
@@ -117,4 +125,102 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}_{slug(jax.devices()[0].device_kind)}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------------- IK test data
+
+DEXRET_RECORDING = Path("/work/shared/data/dexret_human_joint_right.npy")  # outside the repo; may be absent
+
+
+def bundled_recording() -> Path:
+    """The bundled MediaPipe landmarks of dex-retargeting's sample video (621 frames, MIT)."""
+    from wuji_jax.model import asset_path
+
+    return asset_path("samples", "human_hand_video_landmarks.npz")
+
+
+def load_recording(path) -> np.ndarray:
+    """``(T, 21, 3)`` float32 metres: the frames of a landmark file (any format ``wj.io`` reads)
+    that hold a hand."""
+    import wuji_jax as wj
+
+    rec = wj.io.load_landmarks(path)
+    return np.asarray(rec.world[rec.detected], np.float32)
+
+
+def random_rotations(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``(n, 3, 3)`` rotations, uniform on SO(3): QR of Gaussian matrices with the sign fix of
+    Mezzadri (2007), then one column negated where the determinant is −1."""
+    q, r = np.linalg.qr(rng.normal(size=(n, 3, 3)))
+    q = q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
+    q[:, :, 0] *= np.linalg.det(q)[:, None]
+    return q
+
+
+def round_trip_data(hand, n: int, *, seed: int = 0, noise: float = 0.0):
+    """Synthetic IK inputs with known answers: ``(angles (n, J) float64, landmarks (n, 21, 3) float64)``.
+
+    Angles uniform within the joint limits → ``wj.forward_keypoints`` (in the model's dtype) → a
+    uniformly random rotation, a translation ~ N(0, (0.3 m)²) per axis and a scale uniform in
+    0.8–1.2 → Gaussian noise of ``noise`` metres per coordinate.
+    """
+    import wuji_jax as wj
+
+    rng = np.random.default_rng(seed)
+    lo, hi = np.asarray(hand.lower, np.float64), np.asarray(hand.upper, np.float64)
+    q = rng.uniform(lo, hi, size=(n, hand.num_joints))
+    kp = np.asarray(wj.forward_keypoints(hand, jnp.asarray(q, hand.lower.dtype)), np.float64)
+    scale = rng.uniform(0.8, 1.2, size=(n, 1, 1))
+    shift = rng.normal(scale=0.3, size=(n, 1, 3))
+    y = scale * np.einsum("nij,nkj->nki", random_rotations(rng, n), kp) + shift
+    return q, y + rng.normal(scale=noise, size=y.shape)
+
+
+def jit_solver(config=None) -> Callable:
+    """``(hand, landmarks) → IKResult``: ``wj.solve`` under ``jax.jit`` with ``config``.
+
+    The landmarks stay on the device and skip the host-side input checks, so this times the
+    solver itself; ``hand`` is an argument, so a calibrated model reuses the compilation.
+    """
+    import wuji_jax as wj
+
+    return jax.jit(lambda hand, y: wj.solve(hand, y, config=config, check_units=False))
+
+
+def solve_in_chunks(solver: Callable, hand, landmarks, chunk: int = 1024):
+    """``solver(hand, ·)`` over ``landmarks (N, 21, 3)`` in calls of exactly ``chunk`` frames (the last
+    padded with copies of its final frame), so one compilation serves any ``N``; an ``IKResult`` of
+    numpy arrays."""
+    y = np.asarray(landmarks)
+    parts = []
+    for s in range(0, len(y), chunk):
+        part = y[s:s + chunk]
+        pad = chunk - len(part)
+        if pad:
+            part = np.concatenate([part, np.repeat(part[-1:], pad, axis=0)])
+        r = solver(hand, jnp.asarray(part))
+        parts.append([np.asarray(f)[:chunk - pad] for f in r])
+    return type(r)(*(np.concatenate(f) for f in zip(*parts)))
+
+
+# --------------------------------------------------------------------------------------- figures
+
+
+def figure(rows: int = 1, cols: int = 1, size: tuple[float, float] = (8.0, 4.2)):
+    """A headless matplotlib figure (``Figure`` on an Agg canvas, as in ``wuji_jax.viz``) and its
+    ``rows × cols`` axes (a 2-D array)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=120)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(rows, cols, squeeze=False)
+
+
+def save_figure(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
     return path
