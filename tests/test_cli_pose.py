@@ -85,6 +85,9 @@ def test_list(capsys):
         (["pose", "--angles-file", "/no/such/file.npy"], 1, "cannot read"),
         ([], 2, "required: COMMAND"),
         (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+        (["overlay", "--max-frames", "0"], 2, "--max-frames must be >= 1"),
+        (["overlay", "--scale", "0"], 2, "--scale must be > 0"),
+        (["overlay", "/no/such/video.mp4"], 1, "/no/such/video.mp4"),
     ],
 )
 def test_bad_input_is_one_line(argv, status, needle, capsys, tmp_path, monkeypatch):

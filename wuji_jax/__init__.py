@@ -11,6 +11,7 @@ The map of the library (everything below is public; modules starting with ``_`` 
 * poses:      ``named_pose``, ``POSES``
 * io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``)
 * viz:        pictures (extra ``viz``; imported lazily)
+* overlay:    ``render_overlay``: the input video with landmarks, the fit and Inspire bars, as MP4 (lazy)
 * viewer:     ``write_viewer``: interactive, self-contained HTML view of the kinematic tree (lazy)
 """
 
@@ -47,6 +48,6 @@ __version__ = "0.1.0"
 def __getattr__(name):  # lazy optional modules: matplotlib / mediapipe / pyarrow load on first use
     import importlib
 
-    if name in ("viz", "io", "video", "batch", "viewer"):
+    if name in ("viz", "io", "video", "batch", "viewer", "overlay"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'wuji_jax' has no attribute {name!r}")

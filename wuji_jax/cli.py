@@ -344,6 +344,53 @@ def _run_solve(args) -> int:
     return 1 if s["errors"] else 0
 
 
+# ------------------------------------------------------------------------------------------ overlay
+
+
+@verb
+def _overlay_parser(sub) -> None:
+    p = sub.add_parser(
+        "overlay",
+        help="render a video with MediaPipe's landmarks, the fitted hand and the Inspire channels (MP4)",
+        description="Extract MediaPipe hand landmarks from VIDEO, solve them, and write the video with the "
+        "landmarks, the fitted skeleton (reprojected by a per-frame affine map) and the six Inspire "
+        "channels as bars, as MP4. Python: wuji_jax.overlay.render_overlay.",
+    )
+    p.add_argument("video", nargs="?", help="input video (default: the bundled sample video)")
+    p.add_argument("-o", "--output", metavar="OUT.mp4", help="default: wuji_out/<video>_overlay.mp4")
+    p.add_argument("--side", choices=("right", "left", "auto"), default="auto",
+                   help="hand model (default: auto, from the landmarks' chirality)")
+    p.add_argument("--max-frames", type=int, default=None, metavar="N", help="stop after N frames")
+    p.add_argument("--scale", type=float, default=1.0, help="output size relative to the input (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(run=_run_overlay)
+
+
+def _run_overlay(args) -> int:
+    if args.max_frames is not None and args.max_frames < 1:
+        raise UsageError(f"--max-frames must be >= 1, got {args.max_frames}")
+    if not args.scale > 0:
+        raise UsageError(f"--scale must be > 0, got {args.scale}")
+    import numpy as np
+
+    from .model import asset_path, load_hand
+    from .overlay import render_overlay
+    from .solver import solve
+    from .video import extract_landmarks
+
+    video = Path(args.video) if args.video else asset_path("samples", "human_hand_video.mp4")
+    out = Path(args.output) if args.output else Path("wuji_out") / f"{video.stem}_overlay.mp4"
+    rec = extract_landmarks(video, max_frames=args.max_frames, progress=not args.quiet)
+    if not rec.detected.any():
+        raise UsageError(f"{video}: MediaPipe found no hand in {len(rec.detected)} frames; nothing to overlay")
+    res = solve(load_hand("right"), rec.world, side=args.side)
+    path = render_overlay(video, rec, res, out, progress=not args.quiet, scale=args.scale)
+    print(f"{int(rec.detected.sum())}/{len(rec.detected)} frames with a hand; median residual "
+          f"{1e3 * float(np.nanmedian(np.where(rec.detected, np.asarray(res.residual), np.nan))):.2f} mm")
+    print(f"overlay: {path}")
+    return 0
+
+
 # --------------------------------------------------------------------------------------------- view
 
 

@@ -728,15 +728,18 @@ def _solve_flat(hand, landmarks, weights, q0, static, cfg):
 
 
 def neutral_angles(hand: HandModel) -> jax.Array:
-    """The solver's default starting pose ``(n,)``: a slight, mid-range flexion, within limits."""
-    lo, hi = hand.lower, hand.upper
-    q = jnp.zeros_like(lo)
-    names = hand.joint_names
-    for j, nme in enumerate(names):
-        if nme.endswith(("_abd",)):
-            continue
-        q = q.at[j].set(0.25)
-    return jnp.clip(q, lo, hi)
+    """The solver's default starting pose ``(n,)``: a slight, mid-range flexion (0.25 rad on every
+    joint but the abductions), within limits."""
+    flex = np.array([0.0 if nme.endswith("_abd") else 0.25 for nme in hand.joint_names])
+    if _is_traced(hand.lower, hand.upper):
+        return jnp.clip(jnp.asarray(flex, hand.lower.dtype), hand.lower, hand.upper)
+    return jnp.asarray(_neutral_np(hand), hand.lower.dtype)
+
+
+def _neutral_np(hand: HandModel) -> np.ndarray:
+    """:func:`neutral_angles` of a concrete model as a numpy array (no device round trip per call)."""
+    flex = np.array([0.0 if nme.endswith("_abd") else 0.25 for nme in hand.joint_names])
+    return np.clip(flex, np.asarray(hand.lower), np.asarray(hand.upper))
 
 
 def _is_traced(*xs) -> bool:
@@ -770,7 +773,8 @@ def _validate(hand, landmarks, weights, q0, check_units=True):
                     f"weights must have shape (*batch, 21) = {batch + (21,)}; got {weights.shape}"
                 ) from None
     if q0 is None:
-        q0 = xp.broadcast_to(xp.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
+        q0 = _neutral_np(hand) if xp is np and not _is_traced(hand.lower, hand.upper) else neutral_angles(hand)
+        q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
     else:
         q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
     return lm, weights, q0
@@ -817,17 +821,27 @@ def solve(
     return _solve_checked(hand, lm, weights, q0a, config)
 
 
-def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig) -> IKResult:
-    """:func:`solve` after validation: ``lm (*b, 21, 3)``, ``weights (*b, 21)``, ``q0a (*b, n)``."""
+@functools.partial(jax.jit, static_argnames=("static",))
+def _solve_shaped(hand, lm, weights, q0a, static, cfg):
+    """:func:`_solve_flat` for any batch shape; the reshapes happen inside the compiled call."""
     batch = lm.shape[:-2]
     flat = int(np.prod(batch)) if batch else 1
-    dtype = jnp.float64 if (lm.dtype == jnp.float64 and jax.config.jax_enable_x64) else jnp.float32
-    cfg = {k: jnp.asarray(v, dtype) for k, v in config._traced().items()}
-    out = _solve_flat(
-        hand, jnp.asarray(lm.reshape(flat, 21, 3), dtype), jnp.asarray(weights.reshape(flat, 21), dtype),
-        jnp.asarray(q0a.reshape(flat, hand.num_joints), dtype), config._static(), cfg,
-    )
+    out = _solve_flat(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21),
+                      q0a.reshape(flat, hand.num_joints), static, cfg)
     return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
+
+
+@functools.lru_cache(maxsize=64)
+def _traced_config(config: SolverConfig, dtype) -> dict:
+    return {k: jnp.asarray(v, dtype) for k, v in config._traced().items()}
+
+
+def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig) -> IKResult:
+    """:func:`solve` after validation: ``lm (*b, 21, 3)``, ``weights (*b, 21)``, ``q0a (*b, n)``."""
+    dtype = jnp.float64 if (lm.dtype == jnp.float64 and jax.config.jax_enable_x64) else jnp.float32
+    xp = jnp if _is_traced(lm, weights, q0a) else np  # numpy inputs go straight into the jitted call
+    return _solve_shaped(hand, xp.asarray(lm, dtype), xp.asarray(weights, dtype), xp.asarray(q0a, dtype),
+                         config._static(), _traced_config(config, np.dtype(dtype)))
 
 
 def _pick_side(hand: HandModel, lm: np.ndarray, side: str) -> HandModel:
