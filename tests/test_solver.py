@@ -233,3 +233,17 @@ def test_optax_solves_the_same_problem(right):
     res = wj.solve_optax(right, y, optimizer=optax.adam(0.01), steps=600)
     assert np.median(np.asarray(res.residual)) < 2e-3
     assert np.all(np.asarray(res.angles) >= LOWER - 1e-9) and np.all(np.asarray(res.angles) <= UPPER + 1e-9)
+
+
+def test_solve_inside_jit_then_eager_same_answer(right):
+    """wj.solve traced by an outer jax.jit at two batch sizes, then called eagerly, gives one answer
+    (a cached jax-array config once made jaxlib run an executable with the wrong argument count)."""
+    y = np.asarray(wj.forward_keypoints(right, wj.named_pose("point")))
+    f = jax.jit(lambda h, lm: wj.solve(h, lm, check_units=False, iterations=2).angles)
+    a1 = f(right, jnp.asarray(y[None]))
+    y3 = jnp.asarray(np.broadcast_to(y, (3, 21, 3)))
+    f(right, y3)
+    a3 = f(right, y3)  # the second call of a shape takes jax's fast path
+    eager = wj.solve(right, y[None], iterations=2).angles
+    np.testing.assert_allclose(np.asarray(a3), np.broadcast_to(np.asarray(a1), (3, 20)), atol=1e-9)
+    np.testing.assert_allclose(np.asarray(eager), np.asarray(a1), atol=1e-9)

@@ -833,7 +833,9 @@ def _solve_shaped(hand, lm, weights, q0a, static, cfg):
 
 @functools.lru_cache(maxsize=64)
 def _traced_config(config: SolverConfig, dtype) -> dict:
-    return {k: jnp.asarray(v, dtype) for k, v in config._traced().items()}
+    # numpy, not jax arrays: a cached jax array captured by an outer jax.jit becomes a hoisted constant,
+    # and jaxlib 0.10.2 then ran a cached executable with the wrong argument count
+    return {k: np.asarray(v, dtype) for k, v in config._traced().items()}
 
 
 def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig) -> IKResult:
