@@ -69,7 +69,9 @@ class SolverConfig:
         iterations: LM iterations (fixed budget; static). 20 reach p99 < 0.01° on noise-free data.
         coupling: ``"hard"`` (thumb rotation = the law) or ``"soft"`` (free, penalised towards it).
         estimate_scale: fit the hand scale ``s`` (else ``s = 1``).
-        huber_delta: metres; landmark errors beyond it count linearly (robust to outliers).
+        huber_delta: metres; landmark errors beyond it count linearly (robust to outliers). 5 mm: on
+            dex-retargeting's real recording the median keypoint error is 4.33 mm (5.14 mm with
+            20 mm); on synthetic data with 3 mm Gaussian noise the median joint error is 3.82° (3.75°).
         limit_weight: penalty per rad² of limit violation, relative to (1 cm)² of landmark error.
         prior_weight: pull towards the initial angles per rad², relative to (1 cm)²; keeps joints of
             masked fingers defined.
@@ -82,7 +84,7 @@ class SolverConfig:
     iterations: int = 20
     coupling: str = "hard"
     estimate_scale: bool = True
-    huber_delta: float = 0.02
+    huber_delta: float = 0.005
     limit_weight: float = 100.0
     prior_weight: float = 1e-4
     coupling_weight: float = 10.0
