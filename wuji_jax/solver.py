@@ -732,16 +732,18 @@ def _solve_flat(hand, landmarks, weights, q0, static, cfg):
 def neutral_angles(hand: HandModel) -> jax.Array:
     """The solver's default starting pose ``(n,)``: a slight, mid-range flexion (0.25 rad on every
     joint but the abductions), within limits."""
-    flex = np.array([0.0 if nme.endswith("_abd") else 0.25 for nme in hand.joint_names])
     if _is_traced(hand.lower, hand.upper):
-        return jnp.clip(jnp.asarray(flex, hand.lower.dtype), hand.lower, hand.upper)
+        return jnp.clip(jnp.asarray(_flexion(hand), hand.lower.dtype), hand.lower, hand.upper)
     return jnp.asarray(_neutral_np(hand), hand.lower.dtype)
+
+
+def _flexion(hand: HandModel) -> np.ndarray:
+    return np.array([0.0 if nme.endswith("_abd") else 0.25 for nme in hand.joint_names])
 
 
 def _neutral_np(hand: HandModel) -> np.ndarray:
     """:func:`neutral_angles` of a concrete model as a numpy array (no device round trip per call)."""
-    flex = np.array([0.0 if nme.endswith("_abd") else 0.25 for nme in hand.joint_names])
-    return np.clip(flex, np.asarray(hand.lower), np.asarray(hand.upper))
+    return np.clip(_flexion(hand), np.asarray(hand.lower), np.asarray(hand.upper))
 
 
 def _is_traced(*xs) -> bool:
@@ -776,9 +778,7 @@ def _validate(hand, landmarks, weights, q0, check_units=True):
                 ) from None
     if q0 is None:
         q0 = _neutral_np(hand) if xp is np and not _is_traced(hand.lower, hand.upper) else neutral_angles(hand)
-        q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
-    else:
-        q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
+    q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
     return lm, weights, q0
 
 
