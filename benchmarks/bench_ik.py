@@ -1,6 +1,6 @@
 """IK benchmark: accuracy and speed of ``wuji_jax.solve``.
 
-Accuracy (20 LM iterations, the default ``SolverConfig``):
+Accuracy (the default ``SolverConfig``: closed-form start + 5 LM iterations):
 
 * synthetic round trip: angles uniform within the limits → ``wj.forward_keypoints`` → uniformly
   random rotation, translation ~ 0.3 m, scale 0.8–1.2 → ``wj.solve``, with 0 / 1 / 3 mm Gaussian noise
@@ -21,11 +21,11 @@ Speed:
   public call's first run minus its warm median;
 * float32 vs float64 (the latter in a child process with ``JAX_ENABLE_X64=1``): compile, frames/s at
   batch 1024, noise-free accuracy;
-* iterations vs accuracy: ``SolverConfig(iterations=k)``, k = 3 … 30: joint error without noise and
-  with 1 mm, fraction converged, frames/s at batch 1024.
+* iterations vs accuracy: ``SolverConfig(iterations=k)``, k = 0 … 20: joint error without noise and
+  with 1 mm, real-recording keypoint error, fraction converged, frames/s at batch 1024.
 
 Writes ``benchmarks/results/ik_<device-kind>.json`` (``ik-quick_…`` with ``--quick``: a smoke run of
-every stage with batches 1 and 1024, 1024 frames, iterations 5 and 20, one recording and a short
+every stage with batches 1 and 1024, 1024 frames, iterations 1 and the default, one recording and a short
 calibration; about 100 s of CPU time on 2 cores, nearly all of it XLA compilation).
 
     PYTHONPATH=. python benchmarks/bench_ik.py [--quick] [--max-batch 1e5] [--frames 10000]
@@ -54,7 +54,7 @@ from _util import (  # noqa: E402
 )
 
 BATCHES = (1, 10, 100, 1024, 10_000, 100_000, 1_000_000, 10_000_000)
-ITERATIONS = (3, 5, 8, 10, 15, 20, 30)
+ITERATIONS = (0, 1, 2, 3, 5, 8, 10, 20)
 NOISE_MM = (0, 1, 3)
 CHUNK = 1024  # accuracy runs and the per-config speed figures use this one batch shape
 TIMED_SECONDS = 20.0  # at most about this much timed warm calls per batch size
@@ -149,16 +149,17 @@ def main(argv=None) -> dict:
     import wuji_jax as wj
 
     start = time.perf_counter()
+    k_default = wj.SolverConfig().iterations
     on_cpu = jax.default_backend() == "cpu"
     max_batch = int(args.max_batch or (1e5 if on_cpu else 1e7))
     batches = [b for b in BATCHES if b <= max_batch]
-    iterations = ITERATIONS
+    iterations = tuple(sorted(set(ITERATIONS) | {k_default}))
     frames = args.frames
     real = args.real if args.real is not None else [
         p for p in (bundled_recording(), DEXRET_RECORDING) if os.path.exists(p)]
     if args.quick:
         batches = [b for b in batches if b in (1, CHUNK)]
-        iterations, frames, real = (5, 20), CHUNK, real[:1]
+        iterations, frames, real = (1, k_default), CHUNK, real[:1]
 
     hand = wj.load_hand("right")
     info = hardware_info()
@@ -169,7 +170,7 @@ def main(argv=None) -> dict:
         q, y = round_trip_data(hand, frames, seed=mm, noise=mm * 1e-3)
         sets[mm] = q, y.astype(np.float32)
     solvers = {k: jit_solver(wj.SolverConfig(iterations=k)) for k in iterations}
-    default = solvers[20]
+    default = solvers[k_default]
 
     print(f"{'batch':>9} {'first call s':>12} {'median ms':>11} {'frames/s':>11}", flush=True)
     speed = []
@@ -192,21 +193,25 @@ def main(argv=None) -> dict:
     print(f"one frame: first call {first:.2f} s, warm median {latency['public_median_ms']:.3f} ms "
           f"(jitted {latency['jit_median_ms']:.3f} ms)", flush=True)
 
+    sweep_rec = load_recording(real[-1]) if real else None  # dex-retargeting's recording where present
     print(f"{'iters':>5} {'median ° (0 mm)':>15} {'p99 ° (0 mm)':>13} {'p99 ° (1 mm)':>13} {'converged':>9} "
-          f"{'frames/s @1024':>14}")
+          f"{'frames/s @1024':>14} {'real kp mm':>10}")
     acc, sweep = {}, []  # acc: (iterations, noise mm) -> accuracy
     for k in iterations:
         row = speed_row(solvers[k], hand, sets[1][1], CHUNK, args.repeats)  # first: compiles this config
-        for mm in NOISE_MM if k == 20 else (0, 1):
+        for mm in NOISE_MM if k == k_default else (0, 1):
             q, y = sets[mm]
             acc[k, mm] = accuracy(q, solve_in_chunks(solvers[k], hand, y, CHUNK))
+        real_mm = (float(np.median(solve_in_chunks(solvers[k], hand, sweep_rec, CHUNK).errors) * 1e3)
+                   if sweep_rec is not None else None)
         sweep.append(dict(iterations=k, batch=CHUNK, frames_per_s=row["frames_per_s"], first_call_s=row["first_call_s"],
-                          noise_free=acc[k, 0], noise_1mm=acc[k, 1]))
+                          noise_free=acc[k, 0], noise_1mm=acc[k, 1], real_file=os.path.basename(str(real[-1])) if real else None,
+                          real_median_keypoint_error_mm=real_mm))
         print(f"{k:>5} {acc[k, 0]['joint_error_median_deg']:>15.3g} {acc[k, 0]['joint_error_p99_deg']:>13.3g} "
               f"{acc[k, 1]['joint_error_p99_deg']:>13.3g} {acc[k, 0]['converged_fraction']:>9.3f} "
-              f"{row['frames_per_s']:>14.4g}", flush=True)
+              f"{row['frames_per_s']:>14.4g} {real_mm if real_mm is not None else float('nan'):>10.3f}", flush=True)
 
-    synthetic = [dict(noise_mm=mm, frames=frames, **acc[20, mm]) for mm in NOISE_MM]
+    synthetic = [dict(noise_mm=mm, frames=frames, **acc[k_default, mm]) for mm in NOISE_MM]
     print(f"{'noise mm':>8} {'median °':>10} {'p99 °':>10} {'resid p99 mm':>13} {'converged':>9}")
     for s in synthetic:
         print(f"{s['noise_mm']:>8} {s['joint_error_median_deg']:>10.3g} {s['joint_error_p99_deg']:>10.3g} "
@@ -221,7 +226,8 @@ def main(argv=None) -> dict:
 
     at_chunk = next(r for r in speed + sweep if r["batch"] == CHUNK)  # first use of that shape: compiles
     precision = [dict(dtype="float32", batch=CHUNK, first_call_s=at_chunk["first_call_s"],
-                      frames_per_s=sweep[iterations.index(20)]["frames_per_s"], **acc[20, 0]),
+                      frames_per_s=sweep[iterations.index(k_default)]["frames_per_s"],
+                      **acc[k_default, 0]),
                  run_float64(frames, args.repeats)]
     for p in precision:
         print("precision", p, flush=True)
@@ -237,7 +243,7 @@ def main(argv=None) -> dict:
                "synthetic frames tiled to the batch; first_call_s = trace + compile + first run for that shape; "
                "latency.public_* = wj.solve(hand, frame) with a numpy (21, 3) frame (input checks, transfers); "
                "compile_s = latency.public_first_call_s - latency.public_median_ms; iterations[].first_call_s includes "
-               "compilation except for 20 iterations when the speed table already compiled batch 1024; joint errors over all 20 "
+               "compilation except for the default iterations when the speed table already compiled batch 1024; joint errors over all 20 "
                "angles of every frame; precision: the noise-free set at batch 1024, float32 in this process, "
                "float64 in a child process with JAX_ENABLE_X64=1 (data from float64 FK); first_call_s = compile; load_average_after: system load when the run ended"),
         hardware=info,
