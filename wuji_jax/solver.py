@@ -433,11 +433,19 @@ def _huber(r2, delta):
 
 
 def _chain_params(hand: HandModel, ch: _Chains, dtype):
-    """Per (g, d) link parameters gathered from the model's leaves, padding link appended."""
+    """Per (g, d) link constants gathered from the model's leaves (padding link appended): offsets
+    ``xyz (G, D, 3)``, fixed rotations ``O (G, D, 3, 3)``, axes ``ax (G, D, 3)``, and ``O·[a]×``,
+    ``O·[a]×²`` (so that ``O·Rot(a, θ) = O + sin θ·C1 + (1 − cos θ)·C2``) and ``O·a``."""
     xyz = jnp.concatenate([hand.origin_xyz, jnp.zeros((1, 3), dtype)])[ch.link]  # (G, D, 3)
     O = jnp.concatenate([hand.origin_rot, jnp.eye(3, dtype=dtype)[None]])[ch.link]  # (G, D, 3, 3)
     ax = jnp.concatenate([hand.axis, jnp.zeros((1, 3), dtype)])[ch.link]  # (G, D, 3)
-    return xyz, O, ax
+    x, y, z = ax[..., 0], ax[..., 1], ax[..., 2]
+    zero = jnp.zeros_like(x)
+    K = jnp.stack([jnp.stack([zero, -z, y], -1), jnp.stack([z, zero, -x], -1), jnp.stack([-y, x, zero], -1)], -2)
+    C1 = jnp.einsum("gdij,gdjk->gdik", O, K)
+    C2 = jnp.einsum("gdij,gdjk->gdik", C1, K)
+    Oa = jnp.einsum("gdij,gdj->gdi", O, ax)
+    return xyz, O, ax, C1, C2, Oa
 
 
 def _fk(hand, ch, params, ang, want_jac):
@@ -445,24 +453,32 @@ def _fk(hand, ch, params, ang, want_jac):
 
     ang: ``(G, D, B)`` link angles.
     """
-    xyz, O, ax = params
+    xyz, O, ax, C1, C2, Oa = params
     G, D = ch.G, ch.D
     B = ang.shape[-1]
     dtype = ang.dtype
+    has_joint = (ch.angle < hand.num_joints + len(hand.mimic_sources)).any(0)
     sin, cos = jnp.sin(ang), jnp.cos(ang)
-    origins, axes_w, pos = [], [], []
+    axes_w, pos = [], []
+    zero = jnp.zeros((G, 3, B), dtype)
     for d in range(D):
         if d == 0:  # the chain starts at the root: no product with an identity (cheaper, and XLA:CPU
             # float32 mis-evaluated the broadcast-identity product at batch >= 128)
             p = jnp.broadcast_to(xyz[:, 0, :, None], (G, 3, B))
-            R = jnp.broadcast_to(O[:, 0, :, :, None], (G, 3, 3, B))
         else:
             p = p + _mv(R, xyz[:, d, :, None])
-            R = _mm(R, O[:, d, :, :, None])
         pos.append(p)
-        if want_jac:
-            axes_w.append(_mv(R, ax[:, d, :, None]))
-        R = _mm(R, _rot(ax[:, d, :, None], sin[:, d], cos[:, d]))
+        if has_joint[d]:  # O_d · Rot(a_d, θ_d)
+            Md = (O[:, d, :, :, None] + sin[:, d, None, None] * C1[:, d, :, :, None]
+                  + (1.0 - cos[:, d, None, None]) * C2[:, d, :, :, None])
+            if want_jac:
+                axes_w.append(jnp.broadcast_to(Oa[:, 0, :, None], (G, 3, B)) if d == 0 else _mv(R, Oa[:, d, :, None]))
+        else:
+            Md = O[:, d, :, :, None]
+            if want_jac:
+                axes_w.append(zero)
+        if d < D - 1:
+            R = jnp.broadcast_to(Md, (G, 3, 3, B)) if d == 0 else _mm(R, Md)
     P = jnp.stack(pos, axis=1)  # (G, D, 3, B)
     kp = jnp.stack([P[g, ch.kp_depth[g]] for g in range(G)])  # (G, K, 3, B)
     if not want_jac:
@@ -637,7 +653,7 @@ def _analytic_angles(hand, ch, params, q0, R, t, logs, y, w, fixed_point=3):
     them take the law of the current estimate (``fixed_point`` rounds). Exact on noise-free data when
     those joints sit at the bone's first keypoint, as on WG110v12; a start for LM in any case. Bones
     with a masked end keep ``q0``; results are clipped to the limits."""
-    xyz, O, ax = params  # (G, D, 3), (G, D, 3, 3), (G, D, 3)
+    xyz, O, ax = params[:3]  # (G, D, 3), (G, D, 3, 3), (G, D, 3)
     n, M = hand.num_joints, len(hand.mimic_sources)
     kid = np.where(ch.kp_id >= 0, ch.kp_id, 0)
     RT = jnp.swapaxes(R, 0, 1)
