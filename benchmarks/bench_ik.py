@@ -1,6 +1,6 @@
 """IK benchmark: accuracy and speed of ``wuji_jax.solve``.
 
-Accuracy (the default ``SolverConfig``: closed-form start + 5 LM iterations):
+Accuracy (the default ``SolverConfig``: closed-form start + 3 LM iterations):
 
 * synthetic round trip: angles uniform within the limits → ``wj.forward_keypoints`` → uniformly
   random rotation, translation ~ 0.3 m, scale 0.8–1.2 → ``wj.solve``, with 0 / 1 / 3 mm Gaussian noise

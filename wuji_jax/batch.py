@@ -30,7 +30,8 @@ How a run is laid out
   is written whole by :func:`~wuji_jax.io.write_results`, so it needs memory for the whole table),
   a plot ``<stem>_plot.png`` and a summary ``<stem>_summary.json`` are written next to it and the
   parts are deleted (``keep_parts=True`` keeps them).
-* Measured end to end (``benchmarks/bench_batch.py``, 10⁶ synthetic frames, 20 iterations, float32,
+* Measured end to end (``benchmarks/bench_batch.py``, 10⁶ synthetic frames, the solver of that time:
+  20 LM iterations from a neutral start, float32,
   Parquet out, compilation excluded): 3.6k frames/s on 2 shared CPU cores with a peak RSS of
   0.93 GiB (anonymous memory +0.1 GiB over the run, the same for 2·10⁵ frames); 122k frames/s on
   one H200 with ``chunk_size=65536``.

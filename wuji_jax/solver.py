@@ -72,8 +72,10 @@ class SolverConfig:
 
     Attributes:
         iterations: LM iterations after the closed-form start (fixed budget; static). On noise-free
-            data the start alone is within 0.05° (p99) and 1 iteration reaches p99 < 0.005°; 5 bring
-            dex-retargeting's real recording to a median keypoint error of 4.45 mm (4.32 mm after 40).
+            data the start alone is within 0.05° (p99) and 2 iterations reach p99 < 0.005°; on
+            dex-retargeting's real recording the median keypoint error is 4.98 / 4.55 / 4.45 / 4.32 mm
+            after 2 / 3 / 5 / 20 (``benchmarks/bench_ik.py``); 3 run at about 45,000 frames/s on 2 CPU
+            cores, 5 at 31,000.
         coupling: ``"hard"`` (thumb rotation = the law) or ``"soft"`` (free, penalised towards it).
         estimate_scale: fit the hand scale ``s`` (else ``s = 1``).
         huber_delta: metres; landmark errors beyond it count linearly (robust to outliers). 5 mm: on
@@ -89,7 +91,7 @@ class SolverConfig:
         flag_residual: metres; frames with a larger RMS residual get :data:`FLAG_HIGH_RESIDUAL`.
     """
 
-    iterations: int = 5
+    iterations: int = 3
     coupling: str = "hard"
     estimate_scale: bool = True
     huber_delta: float = 0.005
