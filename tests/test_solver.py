@@ -51,6 +51,24 @@ def test_round_trip_recovers_angles_pose_and_scale(round_trip):
     assert np.all(np.asarray(res.valid)) and np.all(np.asarray(res.flags) == 0)
 
 
+def test_closed_form_start_is_exact_on_noise_free_data(right, left):
+    """iterations=0: the palm similarity and the Paden–Kahan angles alone, on both hands (the left is
+    the right mirrored in Y, the same angles); a masked fingertip leaves that finger's DIP at q0."""
+    q, y, *_ = synthetic(B, seed=3)
+    for hand, data in ((right, y), (left, y * np.array([1.0, -1.0, 1.0]))):
+        res = wj.solve(hand, data, iterations=0)
+        err = np.degrees(np.abs(np.asarray(res.angles) - q))
+        assert np.median(err) < 1e-3 and np.percentile(err, 99) < 0.2, (hand.side, np.median(err), err.max())
+    masked = y.copy()
+    masked[:, 8] = np.nan  # index tip: the DIP cannot be seen
+    q0 = np.full((B, 20), 0.3)
+    res = wj.solve(right, masked, iterations=0, q0=q0)
+    dip = right.joint_index("index_finger_dip")
+    np.testing.assert_allclose(np.asarray(res.angles)[:, dip], np.clip(0.3, LOWER[dip], UPPER[dip]), atol=1e-6)
+    others = [j for j in range(20) if j != dip]
+    assert np.percentile(np.degrees(np.abs(np.asarray(res.angles)[:, others] - q[:, others])), 99) < 0.2
+
+
 def test_angles_always_within_limits(right):
     rng = np.random.default_rng(2)
     # angles beyond the limits: the solution must stay inside
