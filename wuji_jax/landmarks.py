@@ -97,8 +97,6 @@ def unit_problem(landmarks) -> str | None:
     xy, z = good[..., :2], good[..., 2]
     if 0.05 <= e <= 0.40 and not _np.nanmin(xy) > 0.005:  # metres, and not normalised image coordinates
         return None
-    if 0.05 <= e <= 0.40 and not _np.nanmin(xy) > 0.005:  # metres, and not normalised image coordinates
-        return None
     fin = _np.isfinite(xy).all(-1)
     xy_span = _np.nanmedian(_np.linalg.norm(_np.nanmax(xy, 1) - _np.nanmin(xy, 1), axis=-1))
     z_span = _np.nanmedian(_np.nanmax(z, 1) - _np.nanmin(z, 1))
