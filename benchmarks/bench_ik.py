@@ -13,9 +13,12 @@ Accuracy (the default ``SolverConfig``: closed-form start + 3 LM iterations):
 Speed:
 
 * frames/s over batch sizes 1, 10, 100, 1024, 10⁴, 10⁵ (10⁶, 10⁷ up to ``--max-batch``; default 10⁵
-  on CPU, 10⁷ on an accelerator) of ``wj.solve`` under ``jax.jit`` with the input on the device:
+  on CPU, 10⁷ on an accelerator) of ``wj.solve`` under ``jax.jit`` with the input on the device(s):
   the first call (trace + compile + run) and the median of warm calls (large batches get fewer
-  repeats: about 20 s of timed calls at most, at least one);
+  repeats: about 20 s of timed calls at most, at least one). The run starts with
+  ``wj.use_cpu_cores(--devices)`` (one CPU device per core by default) and places each batch as
+  ``wj.solve`` would (split over the devices from ``wj.devices.SPLIT_MIN_FRAMES`` frames per device);
+  batches 1024 … 10⁴ are also timed on one device;
 * latency of one warm frame: the public call ``wj.solve(hand, frame)`` (numpy in, input checks
   included) and the jitted solver, median of ``--latency-calls`` calls; ``compile_s`` is the
   public call's first run minus its warm median;
@@ -29,7 +32,7 @@ every stage with batches 1 and 1024, 1024 frames, iterations 1 and the default, 
 calibration; about 100 s of CPU time on 2 cores, nearly all of it XLA compilation).
 
     PYTHONPATH=. python benchmarks/bench_ik.py [--quick] [--max-batch 1e5] [--frames 10000]
-        [--repeats 5] [--latency-calls 200] [--real PATH ...]
+        [--repeats 5] [--latency-calls 200] [--devices N] [--real PATH ...]
 """
 
 from __future__ import annotations
@@ -75,16 +78,22 @@ def accuracy(q_true: np.ndarray, r) -> dict:
                 converged_fraction=float(np.mean(r.converged)))
 
 
-def speed_row(solver, hand, y, batch: int, repeats: int) -> dict:
-    """First call and warm timing of ``solver`` on the first ``batch`` frames of ``y`` (tiled)."""
-    yb = jnp.asarray(np.resize(y, (batch,) + y.shape[1:]))
+def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True) -> dict:
+    """First call and warm timing of ``solver`` on the first ``batch`` frames of ``y`` (tiled), placed
+    as ``wj.solve`` places them: split over the local devices where it would split them (``split``)."""
+    from wuji_jax.devices import split_over_devices
+
+    yb = np.resize(y, (batch,) + y.shape[1:])
+    sharding = split_over_devices(batch) if split else None
+    yb = jax.device_put(yb, sharding[0]) if sharding else jax.device_put(yb, jax.devices()[0])
     first = first_call(solver, hand, yb)
     t = time_fn(solver, hand, yb, repeats=1, warmup=0)
     reps = int(max(1, min(repeats, TIMED_SECONDS // max(t.median, 1e-9))))
     if reps > 1:
         t = time_fn(solver, hand, yb, repeats=reps, warmup=0)
-    return dict(batch=batch, first_call_s=first, median_s=t.median, min_s=t.min, cpu_median_s=t.cpu_median,
-                times_s=t.times, frames_per_s=batch / t.median, frames_per_s_best=batch / t.min)
+    return dict(batch=batch, devices=len(yb.sharding.device_set), first_call_s=first, median_s=t.median,
+                min_s=t.min, cpu_median_s=t.cpu_median, times_s=t.times, frames_per_s=batch / t.median,
+                frames_per_s_best=batch / t.min)
 
 
 def float64_child(frames: int, repeats: int) -> dict:
@@ -138,15 +147,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--real", nargs="*", default=None,
                     help="landmark recordings (metres) for the real-data figures; default the bundled "
                          "sample and dexret_human_joint_right.npy where present")
+    ap.add_argument("--devices", type=int, default=None,
+                    help="CPU devices to split big batches over (default: one per core, wj.use_cpu_cores)")
     ap.add_argument("--no-json", action="store_true", help="print only")
     ap.add_argument("--float64-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    import wuji_jax as wj
+
+    cpu_devices = wj.use_cpu_cores(args.devices)  # before JAX computes anything
     if args.float64_child:  # internal: the float64 run in a fresh process, JSON on stdout
         print(json.dumps(float64_child(args.frames, args.repeats)))
         return {}
-
-    import wuji_jax as wj
 
     start = time.perf_counter()
     k_default = wj.SolverConfig().iterations
@@ -172,13 +184,20 @@ def main(argv=None) -> dict:
     solvers = {k: jit_solver(wj.SolverConfig(iterations=k)) for k in iterations}
     default = solvers[k_default]
 
-    print(f"{'batch':>9} {'first call s':>12} {'median ms':>11} {'frames/s':>11}", flush=True)
+    print(f"{'batch':>9} {'devices':>7} {'first call s':>12} {'median ms':>11} {'frames/s':>11}", flush=True)
     speed = []
     for b in batches:
         row = speed_row(default, hand, sets[1][1], b, args.repeats)
         speed.append(row)
-        print(f"{b:>9} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} {row['frames_per_s']:>11.4g}",
-              flush=True)
+        print(f"{b:>9} {row['devices']:>7} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} "
+              f"{row['frames_per_s']:>11.4g}", flush=True)
+    one_device = []  # the same batches on one device, for comparison
+    for b in batches:
+        if len(jax.local_devices()) > 1 and CHUNK <= b <= 10_000:
+            row = speed_row(default, hand, sets[1][1], b, args.repeats, split=False)
+            one_device.append(row)
+            print(f"{b:>9} {row['devices']:>7} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} "
+                  f"{row['frames_per_s']:>11.4g}", flush=True)
 
     # one warm frame, public call (its first call is the compile time a user sees) and jitted
     frame = sets[1][1][0]
@@ -239,7 +258,9 @@ def main(argv=None) -> dict:
         dtype="float32",
         config=dataclasses.asdict(wj.SolverConfig()),
         quick=args.quick,
-        notes=("speed: wj.solve under jax.jit, landmarks already on the device (no host-side checks), 1 mm noisy "
+        notes=("speed: wj.solve under jax.jit, landmarks already on the device(s) (no host-side checks), split over "
+               "the local devices as wj.solve splits them (wj.use_cpu_cores: one CPU device per core; "
+               "speed_one_device: the same on one device), 1 mm noisy "
                "synthetic frames tiled to the batch; first_call_s = trace + compile + first run for that shape; "
                "latency.public_* = wj.solve(hand, frame) with a numpy (21, 3) frame (input checks, transfers); "
                "compile_s = latency.public_first_call_s - latency.public_median_ms; iterations[].first_call_s includes "
@@ -250,7 +271,9 @@ def main(argv=None) -> dict:
         load_average_after=hardware_info()["load_average_1_5_15min"],
         compile_s=first - t_pub.median,
         latency=latency,
+        cpu_devices=cpu_devices,
         speed=speed,
+        speed_one_device=one_device,
         accuracy=dict(synthetic=synthetic, real=recordings),
         iterations=sweep,
         precision=precision,

@@ -13,10 +13,12 @@ The map of the library (everything below is public; modules starting with ``_`` 
 * viz:        pictures (extra ``viz``; imported lazily)
 * overlay:    ``render_overlay``: the input video with landmarks, the fit and Inspire bars, as MP4 (lazy)
 * viewer:     ``write_viewer``: interactive, self-contained HTML view of the kinematic tree (lazy)
+* devices:    ``use_cpu_cores``: one JAX CPU device per core; big batches are split over the devices
 """
 
 from . import inspire as inspire
 from .calibration import calibrate as calibrate
+from .devices import use_cpu_cores as use_cpu_cores
 from . import landmarks as landmarks
 from .kinematics import LinkFrames as LinkFrames
 from .kinematics import coupled_angles as coupled_angles

@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``argv`` defaults to ``sys.argv[1:]``); returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
+        _use_all_cores()
         return int(args.run(args) or 0)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else (0 if e.code is None else _fail(e.code, 1))
@@ -87,6 +88,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e, 1)
     except Exception as e:  # a bug: still one line, but say what it was
         return _fail(f"unexpected {type(e).__name__}: {e}", 1)
+
+
+def _use_all_cores() -> None:
+    """One JAX CPU device per core (big batches are split over them), unless JAX has started already
+    (``main`` called from a running program) or ``JAX_NUM_CPU_DEVICES`` chooses the count."""
+    import os
+
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized() and "JAX_NUM_CPU_DEVICES" not in os.environ:
+        from .devices import use_cpu_cores
+
+        use_cpu_cores()
 
 
 # --------------------------------------------------------------------------------------------- pose

@@ -67,6 +67,9 @@ import numpy as _np  # noqa: E402  (kept below the constants: this module is mos
 def hand_extent(landmarks) -> _np.ndarray:
     """Diagonal of each frame's bounding box over its finite landmarks, ``(*batch,)`` (input units)."""
     lm = _np.asarray(landmarks, _np.float64)
+    if _np.isfinite(lm).all():  # the common case, without the masking copies
+        d = lm.max(-2) - lm.min(-2)
+        return _np.sqrt((d * d).sum(-1))
     finite = _np.isfinite(lm).all(-1, keepdims=True)
     hi = _np.where(finite, lm, -_np.inf).max(-2)
     lo = _np.where(finite, lm, _np.inf).min(-2)
@@ -92,7 +95,7 @@ def unit_problem(landmarks) -> str | None:
     ok = _np.isfinite(ext) & (ext > 0)
     if not ok.any():
         return None
-    e = float(_np.median(ext[ok]))
+    e = float(ext[0]) if ext.size == 1 else float(_np.median(ext[ok]))
     good = lm[ok]
     xy, z = good[..., :2], good[..., 2]
     if 0.05 <= e <= 0.40 and not _np.nanmin(xy) > 0.005:  # metres, and not normalised image coordinates

@@ -72,7 +72,7 @@ def solve_sequence(
             q0 = np.broadcast_to(np.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
             r = _solve_checked(hand, seq[t], wt, q0, config)
         else:  # an invalid frame returns its start pose: the previous angles
-            r = _solve_checked(hand, seq[t], wt, prev, warm)
+            r = _solve_checked(hand, seq[t], wt, prev, warm, warm=True)
         frames.append(r)
         prev = np.where(np.asarray(r.valid)[..., None], np.asarray(r.angles), prev if prev is not None
                         else np.asarray(r.angles))

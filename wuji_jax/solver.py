@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .devices import split_over_devices
 from .kinematics import _check_q, _coupled_rows
 from .landmarks import check_landmarks, detect_side
 from .model import _ACTIVE, _MIMIC, HandModel
@@ -541,14 +542,7 @@ def _model_keypoints(hand, ch, params, q, rot=None):
     if rot is None:
         rot = _coupled(hand, q)
     kp, _ = _fk(hand, ch, params, _link_angles_ch(hand, ch, q, rot), want_jac=False)
-    out = [None] * 21
-    for k in ch.root_kps:
-        out[k] = jnp.zeros_like(kp[0, 0])
-    for g in range(ch.G):
-        for i in range(ch.K):
-            if ch.kp_id[g, i] >= 0:
-                out[int(ch.kp_id[g, i])] = kp[g, i]
-    return jnp.stack(out)
+    return _scatter_kp(ch, kp)
 
 
 # ---------------------------------------------------------------------------------------- the cost
@@ -564,6 +558,18 @@ def _penalty(hand, q, rot, soft, cfg, q_prior):
         dc = rot - _coupled(hand, q)
         pen = pen + 0.5 * cfg["coupling_weight"] * _sum(dc * dc, 0)
     return pen
+
+
+def _scatter_kp(ch, kp):
+    """The chains' keypoints ``(G, K, 3, B)`` as all 21 ``(21, 3, B)`` (root keypoints at 0)."""
+    out = [None] * 21
+    for k in ch.root_kps:
+        out[k] = jnp.zeros_like(kp[0, 0])
+    for g in range(ch.G):
+        for i in range(ch.K):
+            if ch.kp_id[g, i] >= 0:
+                out[int(ch.kp_id[g, i])] = kp[g, i]
+    return jnp.stack(out)
 
 
 def _fit(hand, ch, params, q, rot, R, t, logs):
@@ -728,8 +734,9 @@ def _gather_lanes(ch, q, angs, n):
 # ------------------------------------------------------------------------------------- LM kernel
 
 
-def _solve_T(hand: HandModel, y, w, q0, static, cfg):
-    """The kernel on batch-last arrays: ``y (21, 3, B)``, ``w (21, B)``, ``q0 (n, B)``."""
+def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
+    """The kernel on batch-last arrays: ``y (21, 3, B)``, ``w (21, B)``, ``q0 (n, B)``; ``warm``
+    (static): ``q0`` is a warm start, used where it fits better than the closed-form start."""
     iterations, coupling, estimate_scale, min_landmarks = static
     soft = coupling == "soft"
     ch = _chains(hand, soft)
@@ -760,13 +767,14 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg):
     def cost_fn(q, rot, R, t, logs):
         return _cost(hand, ch, params, q, rot if soft else None, R, t, logs, y, w, soft, cfg, q_prior)[0]
 
-    # start from the closed-form angles where they fit better than q0
+    # start from the closed-form angles
     qa = _analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
     rota = _coupled(hand, qa) if soft else rot0
-    cost_a, cost_b = cost_fn(qa, rota, R, t, logs), cost_fn(q0, rot0, R, t, logs)
-    use_a = ~(cost_b < cost_a)
-    q_start = jnp.where(use_a, qa, q0)
-    rot_start = jnp.where(use_a, rota, rot0)
+    cost_a = cost_fn(qa, rota, R, t, logs)
+    if warm:  # a warm start: keep q0 where it fits better than the closed-form angles
+        cost_b = cost_fn(q0, rot0, R, t, logs)
+        use_a = ~(cost_b < cost_a)
+        qa, rota, cost_a = (jnp.where(use_a, a, b) for a, b in ((qa, q0), (rota, rot0), (cost_a, cost_b)))
 
     lo_ext = jnp.concatenate([hand.lower, hand.mimic_lower, jnp.zeros(1, dtype)])
     hi_ext = jnp.concatenate([hand.upper, hand.mimic_upper, jnp.zeros(1, dtype)])
@@ -883,8 +891,7 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg):
         lam = jnp.clip(jnp.where(ok, lam * 0.3, lam * 4.0), 1e-12, 1e8)
         return state, lam, cost, n_acc + ok.astype(jnp.int32), conv
 
-    cost0 = jnp.where(use_a, cost_a, cost_b)
-    carry = ((q_start, rot_start, R, t, logs), jnp.full((B,), cfg["damping"], dtype), cost0,
+    carry = ((qa, rota, R, t, logs), jnp.full((B,), cfg["damping"], dtype), cost_a,
              jnp.zeros((B,), jnp.int32), jnp.zeros((B,), bool))
     (q, rot, R, t, logs), lam, cost, n_acc, conv = jax.lax.fori_loop(0, iterations, step, carry)
 
@@ -909,13 +916,14 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg):
                 conv=conv & valid, n_acc=n_acc, flags=flags)
 
 
-@functools.partial(jax.jit, static_argnames=("static",))
-def _solve_flat(hand, landmarks, weights, q0, static, cfg):
-    """``landmarks (B, 21, 3)``, ``weights (B, 21)``, ``q0 (B, n)`` → dict of ``(B, ...)`` arrays."""
+@functools.partial(jax.jit, static_argnames=("static", "warm"))
+def _solve_flat(hand, landmarks, weights, q0, static, cfg, warm=False):
+    """``landmarks (B, 21, 3)``, ``weights (B, 21)``, ``q0 (B, n)`` → dict of ``(B, ...)`` arrays;
+    ``warm``: ``q0`` is a warm start (else the neutral pose: the closed-form start is used as is)."""
     finite = jnp.all(jnp.isfinite(landmarks), axis=-1)
     w = jnp.where(finite & jnp.isfinite(weights), jnp.maximum(weights, 0.0), 0.0)
     y = jnp.where(finite[..., None], landmarks, 0.0)
-    out = _solve_T(hand, jnp.transpose(y, (1, 2, 0)), w.T, q0.T, static, cfg)
+    out = _solve_T(hand, jnp.transpose(y, (1, 2, 0)), w.T, q0.T, static, cfg, warm)
     return dict(
         angles=out["q"].T, coupled=out["rot"].T, rotation=jnp.transpose(out["R"], (2, 0, 1)),
         translation=out["t"].T, scale=out["s"], keypoints=jnp.transpose(out["kp"], (2, 0, 1)),
@@ -1018,16 +1026,16 @@ def solve(
         if _is_traced(lm):
             raise ValueError("side= needs concrete landmarks; pick the hand model outside jit")
         hand = _pick_side(hand, lm, side)
-    return _solve_checked(hand, lm, weights, q0a, config)
+    return _solve_checked(hand, lm, weights, q0a, config, warm=q0 is not None)
 
 
-@functools.partial(jax.jit, static_argnames=("static",))
-def _solve_shaped(hand, lm, weights, q0a, static, cfg):
+@functools.partial(jax.jit, static_argnames=("static", "warm"))
+def _solve_shaped(hand, lm, weights, q0a, static, cfg, warm=False):
     """:func:`_solve_flat` for any batch shape; the reshapes happen inside the compiled call."""
     batch = lm.shape[:-2]
     flat = int(np.prod(batch)) if batch else 1
     out = _solve_flat(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21),
-                      q0a.reshape(flat, hand.num_joints), static, cfg)
+                      q0a.reshape(flat, hand.num_joints), static, cfg, warm)
     return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
 
 
@@ -1038,12 +1046,37 @@ def _traced_config(config: SolverConfig, dtype) -> dict:
     return {k: np.asarray(v, dtype) for k, v in config._traced().items()}
 
 
-def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig) -> IKResult:
-    """:func:`solve` after validation: ``lm (*b, 21, 3)``, ``weights (*b, 21)``, ``q0a (*b, n)``."""
+def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm: bool = False) -> IKResult:
+    """:func:`solve` after validation: ``lm (*b, 21, 3)``, ``weights (*b, 21)``, ``q0a (*b, n)``;
+    ``warm``: ``q0a`` is a warm start rather than the neutral pose."""
     dtype = jnp.float64 if (lm.dtype == jnp.float64 and jax.config.jax_enable_x64) else jnp.float32
-    xp = jnp if _is_traced(lm, weights, q0a) else np  # numpy inputs go straight into the jitted call
-    return _solve_shaped(hand, xp.asarray(lm, dtype), xp.asarray(weights, dtype), xp.asarray(q0a, dtype),
-                         config._static(), _traced_config(config, np.dtype(dtype)))
+    traced = _is_traced(lm, weights, q0a)
+    xp = jnp if traced else np  # numpy inputs go straight into the jitted call
+    lm, weights, q0a = xp.asarray(lm, dtype), xp.asarray(weights, dtype), xp.asarray(q0a, dtype)
+    cfg = _traced_config(config, np.dtype(dtype))
+    if not traced and not _is_traced(*jax.tree_util.tree_leaves(hand)):
+        split = split_over_devices(int(np.prod(lm.shape[:-2])))
+        if split is not None:
+            return _solve_split(hand, lm, weights, q0a, config._static(), cfg, split[0], warm)
+    return _solve_shaped(hand, lm, weights, q0a, config._static(), cfg, warm)
+
+
+def _solve_split(hand, lm, weights, q0a, static, cfg, rows, warm) -> IKResult:
+    """:func:`_solve_flat` with the frames split over the devices of the sharding ``rows`` (numpy
+    inputs; the batch is padded with copies of its last frame to a multiple of the device count)."""
+    batch = lm.shape[:-2]
+    flat = int(np.prod(batch))
+    pad = -flat % rows.mesh.size
+    args = [a.reshape((flat,) + a.shape[len(batch):]) for a in (lm, weights, q0a)]
+    if pad:
+        args = [np.concatenate([a, np.repeat(a[-1:], pad, 0)]) for a in args]
+    out = _solve_flat(hand, *jax.device_put(args, rows), static, cfg, warm)
+    return _unsplit(out, flat, batch)
+
+
+@functools.partial(jax.jit, static_argnames=("flat", "batch"))
+def _unsplit(out, flat, batch):
+    return IKResult(**{k: v[:flat].reshape(batch + v.shape[1:]) for k, v in out.items()})
 
 
 def _pick_side(hand: HandModel, lm: np.ndarray, side: str) -> HandModel:

@@ -1,0 +1,67 @@
+"""Several devices: wj.use_cpu_cores and big batches split over the local devices."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import pytest
+
+import wuji_jax as wj
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_use_cpu_cores_after_start_says_what_to_do():
+    have = len(jax.devices("cpu"))  # starts the backend
+    assert wj.use_cpu_cores(have) == have  # the count it already has: harmless
+    with pytest.raises(RuntimeError, match=r"already runs with \d+ CPU device.*JAX_NUM_CPU_DEVICES=%d" % (have + 1)):
+        wj.use_cpu_cores(have + 1)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        wj.use_cpu_cores(0)
+    assert wj.devices.cpu_core_count() >= 1
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import jax, jax.numpy as jnp
+    import wuji_jax as wj
+
+    assert wj.use_cpu_cores(2) == 2
+    assert len(jax.local_devices()) == 2
+    hand = wj.load_hand("right")
+    rng = np.random.default_rng(3)
+    lo, hi = np.asarray(hand.lower), np.asarray(hand.upper)
+    q = rng.uniform(lo, hi, size=(21, 20))
+    y = np.asarray(wj.forward_keypoints(hand, jnp.asarray(q, jnp.float32))) + [0.1, -0.2, 0.4]
+    y = y.reshape(3, 7, 21, 3)  # 21 frames: padded to 22 for two devices
+    y[1, 2, 8] = np.nan  # a masked fingertip
+    wj.devices.SPLIT_MIN_FRAMES = 4
+    split = wj.solve(hand, y)
+    wj.devices.SPLIT_MIN_FRAMES = 10**9
+    one = wj.solve(hand, y)
+    print(json.dumps(dict(
+        split_devices=len(split.angles.sharding.device_set), one_devices=len(one.angles.sharding.device_set),
+        shape=list(split.angles.shape), kp_shape=list(split.keypoints.shape),
+        max_angle_diff=float(np.abs(np.asarray(split.angles) - np.asarray(one.angles)).max()),
+        max_kp_diff=float(np.abs(np.asarray(split.keypoints) - np.asarray(one.keypoints)).max()),
+        max_angle_err=float(np.delete(np.abs(np.asarray(split.angles).reshape(21, 20) - q), 9, 0).max()),
+        same_flags=bool((np.asarray(split.flags) == np.asarray(one.flags)).all()),
+    )))
+""")
+
+
+def test_big_batches_are_split_over_two_cpu_devices_with_the_same_answer():
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["split_devices"] == 2 and r["one_devices"] == 1
+    assert r["shape"] == [3, 7, 20] and r["kp_shape"] == [3, 7, 21, 3]
+    assert r["max_angle_diff"] < 1e-5 and r["max_kp_diff"] < 1e-6 and r["same_flags"]
+    assert r["max_angle_err"] < 0.02  # noise-free, float32 (the frame with a masked tip aside): the answer itself

@@ -1,0 +1,83 @@
+"""Devices: use every CPU core, and split big batches over the local devices.
+
+XLA:CPU runs one computation on about one core (on this project's 2-core machine the solver at batch
+1024 gains 1.3× from the second core), but it runs the computations of several CPU *devices* in
+parallel. :func:`use_cpu_cores` asks JAX for one CPU device per core; :func:`wuji_jax.solve` and
+:func:`wuji_jax.batch.solve_dataset` then split large batches over ``jax.local_devices()`` (GPUs
+alike), which on 2 cores is 1.5× the frames/s of one device (``benchmarks/bench_ik.py``)::
+
+    import jax
+    import wuji_jax as wj
+
+    wj.use_cpu_cores()          # before any JAX computation; or JAX_NUM_CPU_DEVICES=2 in the environment
+    wj.solve(hand, landmarks)   # (10_000, 21, 3): 5,000 frames on each core
+
+The ``wuji-jax`` command line calls :func:`use_cpu_cores` itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+__all__ = ["use_cpu_cores", "cpu_core_count"]
+
+#: frames per device below which a batch is not split (the split costs a transfer and a second
+#: dispatch; below a few hundred frames per device one device is as fast)
+SPLIT_MIN_FRAMES = 256
+
+
+def cpu_core_count() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # macOS, Windows
+        return max(os.cpu_count() or 1, 1)
+
+
+def use_cpu_cores(n: int | None = None) -> int:
+    """Give JAX ``n`` CPU devices (default: one per core, :func:`cpu_core_count`); returns ``n``.
+
+    Must run before JAX computes anything (right after the imports). Calling it again with the same
+    count, or after the CPU devices were already set (``JAX_NUM_CPU_DEVICES``), is harmless.
+
+    Raises:
+        ValueError: ``n`` < 1.
+        RuntimeError: JAX has already started with a different number of CPU devices.
+    """
+    import jax
+    from jax._src import xla_bridge
+
+    n = cpu_core_count() if n is None else int(n)
+    if n < 1:
+        raise ValueError(f"use_cpu_cores: n must be >= 1, got {n}")
+    if xla_bridge.backends_are_initialized():
+        have = len(jax.devices("cpu"))
+        if have != n:
+            raise RuntimeError(
+                f"use_cpu_cores({n}): JAX already runs with {have} CPU device(s); call it right after "
+                f"`import jax`, before any computation, or set JAX_NUM_CPU_DEVICES={n} in the environment")
+        return n
+    jax.config.update("jax_num_cpu_devices", n)
+    return n
+
+
+@functools.lru_cache(maxsize=8)
+def _frame_sharding(devices: tuple):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.asarray(devices, dtype=object), ("frames",))
+    return NamedSharding(mesh, PartitionSpec("frames")), NamedSharding(mesh, PartitionSpec())
+
+
+def split_over_devices(frames: int):
+    """``(rows, replicated)`` shardings to split ``frames`` over the local devices, or ``None`` where
+    one device will do (a single device, or fewer than :data:`SPLIT_MIN_FRAMES` frames per device)."""
+    import jax
+
+    devices = tuple(jax.local_devices())
+    if len(devices) < 2 or frames < SPLIT_MIN_FRAMES * len(devices):
+        return None
+    return _frame_sharding(devices)
