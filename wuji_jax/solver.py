@@ -770,11 +770,9 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
     # start from the closed-form angles
     qa = _analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
     rota = _coupled(hand, qa) if soft else rot0
-    cost_a = cost_fn(qa, rota, R, t, logs)
     if warm:  # a warm start: keep q0 where it fits better than the closed-form angles
-        cost_b = cost_fn(q0, rot0, R, t, logs)
-        use_a = ~(cost_b < cost_a)
-        qa, rota, cost_a = (jnp.where(use_a, a, b) for a, b in ((qa, q0), (rota, rot0), (cost_a, cost_b)))
+        use_a = ~(cost_fn(q0, rot0, R, t, logs) < cost_fn(qa, rota, R, t, logs))
+        qa, rota = jnp.where(use_a, qa, q0), jnp.where(use_a, rota, rot0)
 
     lo_ext = jnp.concatenate([hand.lower, hand.mimic_lower, jnp.zeros(1, dtype)])
     hi_ext = jnp.concatenate([hand.upper, hand.mimic_upper, jnp.zeros(1, dtype)])
@@ -782,7 +780,7 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
     is_pad = jnp.asarray((ch.var >= n + M).astype(np.float64), dtype)[..., None]
 
     def step(_, carry):
-        (q, rot, R, t, logs), lam, cost, n_acc, conv = carry
+        (q, rot, R, t, logs), lam, n_acc, conv = carry
         s = jnp.exp(logs)
         ang = _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q))
         kp, Jl = _fk(hand, ch, params, ang, want_jac=True)
@@ -791,13 +789,16 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
         u = kp * (s / _REF)  # (G, K, 3, B)
         z = _mv(RT[None, None], yg - t[None, None]) / _REF
         e = u - z
-        _, hw = _huber(_sum(e * e, 2), cfg["huber_delta"] / _REF)
+        rho, hw = _huber(_sum(e * e, 2), cfg["huber_delta"] / _REF)
         ww = wg * hw  # (G, K, B)
         # wrist (root) keypoints: u = 0, residual −z, pose (δt) only
         z0 = _mv(RT[None], y[roots] - t[None]) / _REF  # (r, 3, B)
         e0 = -z0
-        _, hw0 = _huber(_sum(e0 * e0, 1), cfg["huber_delta"] / _REF)
+        rho0, hw0 = _huber(_sum(e0 * e0, 1), cfg["huber_delta"] / _REF)
         w0 = w[roots] * hw0  # (r, B)
+        # the cost here, from the same residuals (the objective of _cost, in the wrist frame)
+        cost = (_sum(wg * rho, (0, 1)) + _sum(w[roots] * rho0, 0)
+                + _penalty(hand, q, rot if soft else None, soft, cfg, q_prior))
 
         # pose block C (npose × npose) and gradient gp
         uu = _sum(u * u, 2)  # (G, K, B)
@@ -887,13 +888,12 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
                                        (q, rot, R, t, logs))
         rel = jnp.abs(cost - new_cost) / jnp.maximum(cost, 1e-30)
         conv = (ok & (rel < 1e-10)) | (cost < 1e-16)
-        cost = jnp.where(ok, new_cost, cost)
         lam = jnp.clip(jnp.where(ok, lam * 0.3, lam * 4.0), 1e-12, 1e8)
-        return state, lam, cost, n_acc + ok.astype(jnp.int32), conv
+        return state, lam, n_acc + ok.astype(jnp.int32), conv
 
-    carry = ((qa, rota, R, t, logs), jnp.full((B,), cfg["damping"], dtype), cost_a,
-             jnp.zeros((B,), jnp.int32), jnp.zeros((B,), bool))
-    (q, rot, R, t, logs), lam, cost, n_acc, conv = jax.lax.fori_loop(0, iterations, step, carry)
+    carry = ((qa, rota, R, t, logs), jnp.full((B,), cfg["damping"], dtype), jnp.zeros((B,), jnp.int32),
+             jnp.zeros((B,), bool))
+    (q, rot, R, t, logs), lam, n_acc, conv = jax.lax.fori_loop(0, iterations, step, carry)
 
     # --- projection onto the limits; frames without enough landmarks keep the start pose
     q = jnp.clip(q, hand.lower[:, None], hand.upper[:, None])
