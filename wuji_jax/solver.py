@@ -577,11 +577,22 @@ def _fit(hand, ch, params, q, rot, R, t, logs):
     return jnp.exp(logs) * _mv(R[None], kp) + t[None]
 
 
-def _cost(hand, ch, params, q, rot, R, t, logs, y, w, soft, cfg, q_prior):
-    fit = _fit(hand, ch, params, q, rot, R, t, logs)
-    e = fit - y
-    rho, _ = _huber(_sum(e * e, 1) / _REF**2, cfg["huber_delta"] / _REF)
-    return _sum(w * rho, 0) + _penalty(hand, q, rot, soft, cfg, q_prior), fit
+def _residuals(kp, R, t, logs, yg, y_roots):
+    """Residuals in the wrist frame, in units of ``_REF``: ``u = s·kp``, ``z = Rᵀ(y − t)``, ``e = u − z``
+    for the chains' keypoints ``kp (G, K, 3, B)`` against ``yg (G, K, 3, B)``, and ``e0 = −z0`` for
+    the root keypoints ``y_roots (r, 3, B)`` (at the wrist origin)."""
+    RT = jnp.swapaxes(R, 0, 1)
+    u = kp * (jnp.exp(logs) / _REF)
+    z = _mv(RT[None, None], yg - t[None, None]) / _REF
+    e0 = -_mv(RT[None], y_roots - t[None]) / _REF
+    return u, u - z, e0
+
+
+def _data_cost(e, e0, wg, w_roots, delta):
+    """Σ w·Huber over the chains' and the root keypoints, with the IRLS weights ``(G, K, B), (r, B)``."""
+    rho, hw = _huber(_sum(e * e, 2), delta)
+    rho0, hw0 = _huber(_sum(e0 * e0, 1), delta)
+    return _sum(wg * rho, (0, 1)) + _sum(w_roots * rho0, 0), hw, hw0
 
 
 # -------------------------------------------------------------------------------- initialisation
@@ -764,8 +775,14 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
     q_prior = q0
     rot0 = _coupled(hand, q0) if soft else jnp.zeros((0, B), dtype)
 
-    def cost_fn(q, rot, R, t, logs):
-        return _cost(hand, ch, params, q, rot if soft else None, R, t, logs, y, w, soft, cfg, q_prior)[0]
+    delta = cfg["huber_delta"] / _REF
+
+    def cost_fn(q, rot, R, t, logs):  # the objective; the LM step computes it by the same ops
+        ang = _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q))
+        kp, _ = _fk(hand, ch, params, ang, want_jac=False)
+        _, e, e0 = _residuals(kp, R, t, logs, yg, y[roots])
+        data, _, _ = _data_cost(e, e0, wg, w[roots], delta)
+        return data + _penalty(hand, q, rot if soft else None, soft, cfg, q_prior)
 
     # start from the closed-form angles
     qa = _analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
@@ -785,20 +802,11 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
         ang = _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q))
         kp, Jl = _fk(hand, ch, params, ang, want_jac=True)
         J = _jac_vars(hand, ch, q, Jl, soft) * (s / _REF)  # (G, K, V, 3, B)
-        RT = jnp.swapaxes(R, 0, 1)
-        u = kp * (s / _REF)  # (G, K, 3, B)
-        z = _mv(RT[None, None], yg - t[None, None]) / _REF
-        e = u - z
-        rho, hw = _huber(_sum(e * e, 2), cfg["huber_delta"] / _REF)
+        u, e, e0 = _residuals(kp, R, t, logs, yg, y[roots])  # wrist (root) keypoints: u = 0, pose (δt) only
+        data, hw, hw0 = _data_cost(e, e0, wg, w[roots], delta)
+        cost = data + _penalty(hand, q, rot if soft else None, soft, cfg, q_prior)  # = cost_fn here
         ww = wg * hw  # (G, K, B)
-        # wrist (root) keypoints: u = 0, residual −z, pose (δt) only
-        z0 = _mv(RT[None], y[roots] - t[None]) / _REF  # (r, 3, B)
-        e0 = -z0
-        rho0, hw0 = _huber(_sum(e0 * e0, 1), cfg["huber_delta"] / _REF)
         w0 = w[roots] * hw0  # (r, B)
-        # the cost here, from the same residuals (the objective of _cost, in the wrist frame)
-        cost = (_sum(wg * rho, (0, 1)) + _sum(w[roots] * rho0, 0)
-                + _penalty(hand, q, rot if soft else None, soft, cfg, q_prior))
 
         # pose block C (npose × npose) and gradient gp
         uu = _sum(u * u, 2)  # (G, K, B)
