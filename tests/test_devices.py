@@ -1,4 +1,4 @@
-"""Several devices: wj.use_cpu_cores and big batches split over the local devices."""
+"""Several devices: wj.use_cpu_cores, big batches split over the local devices and solved in chunks."""
 
 import os
 import subprocess
@@ -38,9 +38,13 @@ _CHILD = textwrap.dedent("""
     y = np.asarray(wj.forward_keypoints(hand, jnp.asarray(q, jnp.float32))) + [0.1, -0.2, 0.4]
     y = y.reshape(3, 7, 21, 3)  # 21 frames: padded to 22 for two devices
     y[1, 2, 8] = np.nan  # a masked fingertip
+    from wuji_jax import solver
     wj.devices.SPLIT_MIN_FRAMES = 4
+    solver.CHUNK_FRAMES = 4  # 11 frames per device: 3 chunks of 4 (one padded)
     split = wj.solve(hand, y)
     wj.devices.SPLIT_MIN_FRAMES = 10**9
+    chunked = wj.solve(hand, y)  # one device, 6 chunks of 4 (3 padded)
+    solver.CHUNK_FRAMES = 10**9
     one = wj.solve(hand, y)
     print(json.dumps(dict(
         split_devices=len(split.angles.sharding.device_set), one_devices=len(one.angles.sharding.device_set),
@@ -49,11 +53,13 @@ _CHILD = textwrap.dedent("""
         max_kp_diff=float(np.abs(np.asarray(split.keypoints) - np.asarray(one.keypoints)).max()),
         max_angle_err=float(np.delete(np.abs(np.asarray(split.angles).reshape(21, 20) - q), 9, 0).max()),
         same_flags=bool((np.asarray(split.flags) == np.asarray(one.flags)).all()),
+        chunked_angle_diff=float(np.abs(np.asarray(chunked.angles) - np.asarray(one.angles)).max()),
+        chunked_same_flags=bool((np.asarray(chunked.flags) == np.asarray(one.flags)).all()),
     )))
 """)
 
 
-def test_big_batches_are_split_over_two_cpu_devices_with_the_same_answer():
+def test_big_batches_split_over_devices_and_chunks_give_the_same_answer():
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=600)
@@ -64,4 +70,5 @@ def test_big_batches_are_split_over_two_cpu_devices_with_the_same_answer():
     assert r["split_devices"] == 2 and r["one_devices"] == 1
     assert r["shape"] == [3, 7, 20] and r["kp_shape"] == [3, 7, 21, 3]
     assert r["max_angle_diff"] < 1e-5 and r["max_kp_diff"] < 1e-6 and r["same_flags"]
+    assert r["chunked_angle_diff"] < 1e-5 and r["chunked_same_flags"]
     assert r["max_angle_err"] < 0.02  # noise-free, float32 (the frame with a masked tip aside): the answer itself
