@@ -18,7 +18,8 @@ Speed:
   repeats: about 20 s of timed calls at most, at least one). The run starts with
   ``wj.use_cpu_cores(--devices)`` (one CPU device per core by default) and places each batch as
   ``wj.solve`` would (split over the devices from ``wj.devices.SPLIT_MIN_FRAMES`` frames per device);
-  batches 1024 … 10⁴ are also timed on one device;
+  batches 1024 … 10⁴ are also timed on one device, batches from 1024 on also on the real
+  recording (tiled) instead of the 1 mm synthetic frames;
 * latency of one warm frame: the public call ``wj.solve(hand, frame)`` (numpy in, input checks
   included) and the jitted solver, median of ``--latency-calls`` calls; ``compile_s`` is the
   public call's first run minus its warm median;
@@ -78,13 +79,32 @@ def accuracy(q_true: np.ndarray, r) -> dict:
                 converged_fraction=float(np.mean(r.converged)))
 
 
-def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True) -> dict:
+def split_kernel(config, hand, batch: int, rows, dtype=np.float32):
+    """``(hand, landmarks) → dict``: the kernel that ``wj.solve`` runs for a batch it splits over the
+    devices of ``rows`` (each device solves its rows, in chunks), with weights and the start pose
+    already on the devices; the landmarks must be placed with ``rows``."""
+    from wuji_jax import solver as S
+
+    kernel = S._split_kernel(rows.mesh, config._static(), False)
+    w = jax.device_put(np.ones((batch, 21), dtype), rows)
+    q0 = jax.device_put(np.ascontiguousarray(np.broadcast_to(
+        S._neutral_np(hand).astype(dtype), (batch, hand.num_joints))), rows)
+    cfg = S._traced_config(config, np.dtype(dtype))
+    return lambda h, y: kernel(h, y, w, q0, cfg)
+
+
+def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, config=None) -> dict:
     """First call and warm timing of ``solver`` on the first ``batch`` frames of ``y`` (tiled), placed
-    as ``wj.solve`` places them: split over the local devices where it would split them (``split``)."""
+    as ``wj.solve`` places them: where it would split them over the local devices (``split``), its
+    split kernel (:func:`split_kernel` for ``config``) is timed instead of ``solver``."""
+    import wuji_jax as wj
     from wuji_jax.devices import split_over_devices
 
     yb = np.resize(y, (batch,) + y.shape[1:])
+    yb = yb.astype(np.float64 if yb.dtype == np.float64 and jax.config.jax_enable_x64 else np.float32)
     sharding = split_over_devices(batch) if split else None
+    if sharding:
+        solver = split_kernel(config or wj.SolverConfig(), hand, batch, sharding[0], yb.dtype)
     yb = jax.device_put(yb, sharding[0]) if sharding else jax.device_put(yb, jax.devices()[0])
     first = first_call(solver, hand, yb)
     t = time_fn(solver, hand, yb, repeats=1, warmup=0)
@@ -199,6 +219,17 @@ def main(argv=None) -> dict:
             print(f"{b:>9} {row['devices']:>7} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} "
                   f"{row['frames_per_s']:>11.4g}", flush=True)
 
+    # the same batches of the real recording (dex-retargeting's, where present), tiled
+    speed_real = []
+    real_speed_rec = load_recording(real[-1]) if real else None
+    for b in batches:
+        if real_speed_rec is not None and b >= CHUNK:
+            row = speed_row(default, hand, real_speed_rec, b, args.repeats)
+            row["file"] = os.path.basename(str(real[-1]))
+            speed_real.append(row)
+            print(f"{b:>9} {row['devices']:>7} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} "
+                  f"{row['frames_per_s']:>11.4g}  ({row['file']})", flush=True)
+
     # one warm frame, public call (its first call is the compile time a user sees) and jitted
     frame = sets[1][1][0]
     public = lambda f: wj.solve(hand, f)  # noqa: E731
@@ -217,7 +248,8 @@ def main(argv=None) -> dict:
           f"{'frames/s @1024':>14} {'real kp mm':>10}")
     acc, sweep = {}, []  # acc: (iterations, noise mm) -> accuracy
     for k in iterations:
-        row = speed_row(solvers[k], hand, sets[1][1], CHUNK, args.repeats)  # first: compiles this config
+        row = speed_row(solvers[k], hand, sets[1][1], CHUNK, args.repeats,  # first: compiles this config
+                        config=wj.SolverConfig(iterations=k))
         for mm in NOISE_MM if k == k_default else (0, 1):
             q, y = sets[mm]
             acc[k, mm] = accuracy(q, solve_in_chunks(solvers[k], hand, y, CHUNK))
@@ -259,7 +291,8 @@ def main(argv=None) -> dict:
         config=dataclasses.asdict(wj.SolverConfig()),
         quick=args.quick,
         notes=("speed: wj.solve under jax.jit, landmarks already on the device(s) (no host-side checks), split over "
-               "the local devices as wj.solve splits them (wj.use_cpu_cores: one CPU device per core; "
+               "the local devices as wj.solve splits them, by its split kernel (shard_map, chunks of <= 2048 "
+               "frames per device; wj.use_cpu_cores: one CPU device per core; "
                "speed_one_device: the same on one device), 1 mm noisy "
                "synthetic frames tiled to the batch; first_call_s = trace + compile + first run for that shape; "
                "latency.public_* = wj.solve(hand, frame) with a numpy (21, 3) frame (input checks, transfers); "
@@ -274,6 +307,7 @@ def main(argv=None) -> dict:
         cpu_devices=cpu_devices,
         speed=speed,
         speed_one_device=one_device,
+        speed_real_recording=speed_real,
         accuracy=dict(synthetic=synthetic, real=recordings),
         iterations=sweep,
         precision=precision,

@@ -957,9 +957,12 @@ def _solve_chunked(hand, landmarks, weights, q0, static, cfg, warm=False):
     pad = n * size - B
     args = [jnp.concatenate([a, jnp.broadcast_to(a[-1:], (pad,) + a.shape[1:])]) if pad else a
             for a in (landmarks, weights, q0)]
-    args = [a.reshape((n, size) + a.shape[1:]) for a in args]
+    # chunk j holds frames j, j + n, j + 2n, …: where the frames are split over devices (a sharded
+    # input under the caller's jax.jit), every chunk is split over them too and the devices work on
+    # each chunk in parallel
+    args = [jnp.swapaxes(a.reshape((size, n) + a.shape[1:]), 0, 1) for a in args]
     out = jax.lax.map(lambda a: _solve_rows(hand, *a, static, cfg, warm), args)
-    return {k: v.reshape((n * size,) + v.shape[2:])[:B] for k, v in out.items()}
+    return {k: jnp.swapaxes(v, 0, 1).reshape((n * size,) + v.shape[2:])[:B] for k, v in out.items()}
 
 
 # ------------------------------------------------------------------------------------ public API
