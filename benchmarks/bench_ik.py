@@ -14,8 +14,8 @@ Speed:
 
 * frames/s over batch sizes 1, 10, 100, 1024, 10⁴, 10⁵ (10⁶, 10⁷ up to ``--max-batch``; default 10⁵
   on CPU, 10⁷ on an accelerator) of ``wj.solve`` under ``jax.jit`` with the input on the device(s):
-  the first call (trace + compile + run) and the median of warm calls (large batches get fewer
-  repeats: about 20 s of timed calls at most, at least one). The run starts with
+  the first call (trace + compile + run) and the median of warm calls (at least ``--repeats``
+  calls and about one second of them; large batches get fewer: about 20 s at most, at least one). The run starts with
   ``wj.use_cpu_cores(--devices)`` (one CPU device per core by default) and places each batch as
   ``wj.solve`` would (split over the devices from ``wj.devices.SPLIT_MIN_FRAMES`` frames per device);
   batches 1024 … 10⁴ are also timed on one device, batches from 1024 on also on the real
@@ -108,7 +108,8 @@ def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, con
     yb = jax.device_put(yb, sharding[0]) if sharding else jax.device_put(yb, jax.devices()[0])
     first = first_call(solver, hand, yb)
     t = time_fn(solver, hand, yb, repeats=1, warmup=0)
-    reps = int(max(1, min(repeats, TIMED_SECONDS // max(t.median, 1e-9))))
+    # at least `repeats` calls and about a second of them (short calls are noisy), at most ~20 s
+    reps = int(max(1, min(max(repeats, 1.0 / max(t.median, 1e-9)), TIMED_SECONDS // max(t.median, 1e-9))))
     if reps > 1:
         t = time_fn(solver, hand, yb, repeats=reps, warmup=0)
     return dict(batch=batch, devices=len(yb.sharding.device_set), first_call_s=first, median_s=t.median,
