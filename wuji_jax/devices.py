@@ -4,7 +4,9 @@ XLA:CPU runs one computation on about one core (on this project's 2-core machine
 1024 gains 1.3× from the second core), but it runs the computations of several CPU *devices* in
 parallel. :func:`use_cpu_cores` asks JAX for one CPU device per core; :func:`wuji_jax.solve` and
 :func:`wuji_jax.batch.solve_dataset` then split large batches over ``jax.local_devices()`` (GPUs
-alike), which on 2 cores is 1.5× the frames/s of one device (``benchmarks/bench_ik.py``)::
+alike). On 2 cores that was 1.5× the frames/s of one device; since the solver's fusions vectorise (its
+own float32 sin/cos) one device already keeps both cores busier and two gain 1.03–1.05× at batch
+1024–10^4 (``benchmarks/bench_ik.py``)::
 
     import jax
     import wuji_jax as wj
