@@ -102,10 +102,10 @@ def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, con
 
     yb = np.resize(y, (batch,) + y.shape[1:])
     yb = yb.astype(np.float64 if yb.dtype == np.float64 and jax.config.jax_enable_x64 else np.float32)
-    sharding = split_over_devices(batch) if split else None
-    if sharding:
-        solver = split_kernel(config or wj.SolverConfig(), hand, batch, sharding[0], yb.dtype)
-    yb = jax.device_put(yb, sharding[0]) if sharding else jax.device_put(yb, jax.devices()[0])
+    rows = split_over_devices(batch) if split else None
+    if rows:
+        solver = split_kernel(config or wj.SolverConfig(), hand, batch, rows, yb.dtype)
+    yb = jax.device_put(yb, rows or jax.devices()[0])
     first = first_call(solver, hand, yb)
     t = time_fn(solver, hand, yb, repeats=1, warmup=0)
     # at least `repeats` calls and about a second of them (short calls are noisy), at most ~20 s
@@ -205,31 +205,23 @@ def main(argv=None) -> dict:
     solvers = {k: jit_solver(wj.SolverConfig(iterations=k)) for k in iterations}
     default = solvers[k_default]
 
-    print(f"{'batch':>9} {'devices':>7} {'first call s':>12} {'median ms':>11} {'frames/s':>11}", flush=True)
-    speed = []
-    for b in batches:
-        row = speed_row(default, hand, sets[1][1], b, args.repeats)
-        speed.append(row)
+    def timed(y, b, split=True, note=""):
+        row = speed_row(default, hand, y, b, args.repeats, split=split)
         print(f"{b:>9} {row['devices']:>7} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} "
-              f"{row['frames_per_s']:>11.4g}", flush=True)
-    one_device = []  # the same batches on one device, for comparison
-    for b in batches:
-        if len(jax.local_devices()) > 1 and CHUNK <= b <= 10_000:
-            row = speed_row(default, hand, sets[1][1], b, args.repeats, split=False)
-            one_device.append(row)
-            print(f"{b:>9} {row['devices']:>7} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} "
-                  f"{row['frames_per_s']:>11.4g}", flush=True)
+              f"{row['frames_per_s']:>11.4g}{note}", flush=True)
+        return row
 
+    print(f"{'batch':>9} {'devices':>7} {'first call s':>12} {'median ms':>11} {'frames/s':>11}", flush=True)
+    speed = [timed(sets[1][1], b) for b in batches]
+    # the same batches on one device, for comparison
+    one_device = [timed(sets[1][1], b, split=False) for b in batches
+                  if len(jax.local_devices()) > 1 and CHUNK <= b <= 10_000]
     # the same batches of the real recording (dex-retargeting's, where present), tiled
     speed_real = []
-    real_speed_rec = load_recording(real[-1]) if real else None
-    for b in batches:
-        if real_speed_rec is not None and b >= CHUNK:
-            row = speed_row(default, hand, real_speed_rec, b, args.repeats)
-            row["file"] = os.path.basename(str(real[-1]))
-            speed_real.append(row)
-            print(f"{b:>9} {row['devices']:>7} {row['first_call_s']:>12.2f} {row['median_s'] * 1e3:>11.3f} "
-                  f"{row['frames_per_s']:>11.4g}  ({row['file']})", flush=True)
+    if real:
+        name = os.path.basename(str(real[-1]))
+        rec = load_recording(real[-1])
+        speed_real = [dict(timed(rec, b, note=f"  ({name})"), file=name) for b in batches if b >= CHUNK]
 
     # one warm frame, public call (its first call is the compile time a user sees) and jitted
     frame = sets[1][1][0]

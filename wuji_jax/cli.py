@@ -95,11 +95,9 @@ def _use_all_cores() -> None:
     (``main`` called from a running program) or ``JAX_NUM_CPU_DEVICES`` chooses the count."""
     import os
 
-    from jax._src import xla_bridge
+    from .devices import jax_started, use_cpu_cores
 
-    if not xla_bridge.backends_are_initialized() and "JAX_NUM_CPU_DEVICES" not in os.environ:
-        from .devices import use_cpu_cores
-
+    if not jax_started() and "JAX_NUM_CPU_DEVICES" not in os.environ:
         use_cpu_cores()
 
 

@@ -39,6 +39,13 @@ def cpu_core_count() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+def jax_started() -> bool:
+    """Whether JAX has started its backends (after which the CPU device count is fixed)."""
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
 def use_cpu_cores(n: int | None = None) -> int:
     """Give JAX ``n`` CPU devices (default: one per core, :func:`cpu_core_count`); returns ``n``.
 
@@ -50,12 +57,11 @@ def use_cpu_cores(n: int | None = None) -> int:
         RuntimeError: JAX has already started with a different number of CPU devices.
     """
     import jax
-    from jax._src import xla_bridge
 
     n = cpu_core_count() if n is None else int(n)
     if n < 1:
         raise ValueError(f"use_cpu_cores: n must be >= 1, got {n}")
-    if xla_bridge.backends_are_initialized():
+    if jax_started():
         have = len(jax.devices("cpu"))
         if have != n:
             raise RuntimeError(
@@ -70,13 +76,12 @@ def use_cpu_cores(n: int | None = None) -> int:
 def _frame_sharding(devices: tuple):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    mesh = Mesh(np.asarray(devices, dtype=object), ("frames",))
-    return NamedSharding(mesh, PartitionSpec("frames")), NamedSharding(mesh, PartitionSpec())
+    return NamedSharding(Mesh(np.asarray(devices, dtype=object), ("frames",)), PartitionSpec("frames"))
 
 
 def split_over_devices(frames: int):
-    """``(rows, replicated)`` shardings to split ``frames`` over the local devices, or ``None`` where
-    one device will do (a single device, or fewer than :data:`SPLIT_MIN_FRAMES` frames per device)."""
+    """The sharding that splits ``frames`` rows over the local devices, or ``None`` where one device
+    will do (a single device, or fewer than :data:`SPLIT_MIN_FRAMES` frames per device)."""
     import jax
 
     devices = tuple(jax.local_devices())

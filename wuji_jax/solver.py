@@ -563,7 +563,14 @@ def _model_keypoints(hand, ch, params, q, rot=None):
     if rot is None:
         rot = _coupled(hand, q)
     kp, _ = _fk(hand, ch, params, _link_angles_ch(hand, ch, q, rot), want_jac=False)
-    return _scatter_kp(ch, kp)
+    out = [None] * 21
+    for k in ch.root_kps:
+        out[k] = jnp.zeros_like(kp[0, 0])
+    for g in range(ch.G):
+        for i in range(ch.K):
+            if ch.kp_id[g, i] >= 0:
+                out[int(ch.kp_id[g, i])] = kp[g, i]
+    return jnp.stack(out)
 
 
 # ---------------------------------------------------------------------------------------- the cost
@@ -579,18 +586,6 @@ def _penalty(hand, q, rot, soft, cfg, q_prior):
         dc = rot - _coupled(hand, q)
         pen = pen + 0.5 * cfg["coupling_weight"] * _sum(dc * dc, 0)
     return pen
-
-
-def _scatter_kp(ch, kp):
-    """The chains' keypoints ``(G, K, 3, B)`` as all 21 ``(21, 3, B)`` (root keypoints at 0)."""
-    out = [None] * 21
-    for k in ch.root_kps:
-        out[k] = jnp.zeros_like(kp[0, 0])
-    for g in range(ch.G):
-        for i in range(ch.K):
-            if ch.kp_id[g, i] >= 0:
-                out[int(ch.kp_id[g, i])] = kp[g, i]
-    return jnp.stack(out)
 
 
 def _fit(hand, ch, params, q, rot, R, t, logs):
@@ -1108,10 +1103,9 @@ def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm
     xp = jnp if traced else np  # numpy inputs go straight into the jitted call
     lm, weights, q0a = xp.asarray(lm, dtype), xp.asarray(weights, dtype), xp.asarray(q0a, dtype)
     cfg = _traced_config(config, np.dtype(dtype))
-    if not traced and not _is_traced(*jax.tree_util.tree_leaves(hand)):
-        split = split_over_devices(int(np.prod(lm.shape[:-2])))
-        if split is not None:
-            return _solve_split(hand, lm, weights, q0a, config._static(), cfg, split[0], warm)
+    rows = None if traced else split_over_devices(int(np.prod(lm.shape[:-2])))
+    if rows is not None and not _is_traced(*jax.tree_util.tree_leaves(hand)):
+        return _solve_split(hand, lm, weights, q0a, config._static(), cfg, rows, warm)
     return _solve_shaped(hand, lm, weights, q0a, config._static(), cfg, warm)
 
 
