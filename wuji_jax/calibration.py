@@ -1,4 +1,4 @@
-"""Per-subject calibration: fit bone lengths and palm offsets of the model to one recording."""
+"""Per-subject calibration: fit bone lengths, palm offsets and joint frames of the model to one recording."""
 
 from __future__ import annotations
 
@@ -24,24 +24,29 @@ def _segments(hand: HandModel):
 
 
 def calibration_params(hand: HandModel):
-    """Zero parameters: ``{"log_length": (nb,), "palm": (np, 3)}`` (log scale of each bone, metres)."""
+    """Zero parameters: ``{"log_length": (nb,), "palm": (np, 3), "palm_rot": (np, 3), "bone_rot": (nb, 3)}``
+    (log scale of each bone, palm offsets in metres, rotation vectors of the metacarpal and bone joint
+    frames in radians)."""
     bones, palm = _segments(hand)
     dt = hand.origin_xyz.dtype
     return {"log_length": jnp.zeros(len(bones), dt), "palm": jnp.zeros((len(palm), 3), dt),
-            "palm_rot": jnp.zeros((len(palm), 3), dt)}
+            "palm_rot": jnp.zeros((len(palm), 3), dt), "bone_rot": jnp.zeros((len(bones), 3), dt)}
 
 
 def apply_calibration(hand: HandModel, params) -> HandModel:
-    """The model with bones scaled by ``exp(log_length)``, palm offsets moved by ``palm`` (metres) and
-    metacarpal frames turned by the rotation vectors ``palm_rot`` (radians)."""
+    """The model with bones scaled by ``exp(log_length)``, palm offsets moved by ``palm`` (metres), and
+    the metacarpal and bone joint frames turned by the rotation vectors ``palm_rot`` and ``bone_rot``
+    (radians; a turn of joint ``i``'s frame turns its axis and everything below it: a person's
+    rest curvature, axis tilt and zero angle differ from the model's)."""
     from .solver import _so3_exp
 
     bones, palm = _segments(hand)
     xyz = hand.origin_xyz
     xyz = xyz.at[bones].set(xyz[bones] * jnp.exp(params["log_length"])[:, None])
     xyz = xyz.at[palm].add(params["palm"])
-    turn = jnp.transpose(_so3_exp(params["palm_rot"].T), (2, 0, 1))  # (np, 3, 3)
-    rot = hand.origin_rot.at[palm].set(hand.origin_rot[palm] @ turn)
+    links = np.concatenate([palm, bones])
+    turn = _so3_exp(jnp.concatenate([params["palm_rot"], params["bone_rot"]]).T)
+    rot = hand.origin_rot.at[links].set(hand.origin_rot[links] @ jnp.transpose(turn, (2, 0, 1)))
     return hand.replace(origin_xyz=xyz, origin_rot=rot)
 
 
@@ -55,26 +60,34 @@ def calibrate(
     learning_rate: float = 5e-3,
     length_prior: float = 1.0,
     palm_prior: float = 0.05,
-    rotation_prior: float = 0.3,
+    rotation_prior: float = 3.0,
     max_frames: int = 300,
     config: SolverConfig | None = None,
     check_units: bool = True,
 ) -> HandModel:
-    """Fit bone lengths (and palm offsets) to one person's recording, regularised towards ``hand``.
+    """Fit bone lengths, palm offsets and joint frames to one person's recording, regularised towards ``hand``.
 
     Alternates ``rounds`` times: solve the frames with the current model, then ``steps`` Adam steps on
-    the model parameters with angles and wrist poses held, minimising the mean landmark loss plus
-    ``Σ (log_length / length_prior)² + Σ (palm / palm_prior)² + Σ (palm_rot / rotation_prior)²``
-    (defaults: a factor e per bone, 5 cm per palm point, 0.3 rad per metacarpal frame — weak priors
-    that only keep the problem well posed). The per-frame scale stays free, so only the hand's
-    proportions and palm shape are learnt.
+    the model parameters (:func:`calibration_params`) with angles and wrist poses held, minimising the
+    mean landmark loss plus ``Σ (log_length / length_prior)² + Σ (palm / palm_prior)²
+    + Σ (|palm_rot|² + |bone_rot|²) / rotation_prior²`` (defaults: a factor e per bone, 5 cm per palm
+    point, 3 rad per joint frame — weak priors that only keep the problem well posed). The per-frame
+    scale stays free, so only the hand's proportions, palm shape and joint frames are learnt.
+
+    Turning the joint frames lets the model take a person's rest curvature, axis tilts and zero angles
+    (a hyperextended thumb IP, say, which the default model's limits clip): on dex-retargeting's real
+    recording the median keypoint error after 3 LM iterations is 4.55 mm with the default model,
+    3.63 mm calibrated with lengths and palm only, and 2.39 mm with the joint frames too (2.40 mm on
+    held-out frames: calibrated on the even frames, solved on the odd; the rotation prior of 0.3 / 1 /
+    3 rad gave 3.29 / 2.63 / 2.40 mm there). The solved angles are those of the calibrated model:
+    measured from its turned frames and kept within the same limits.
 
     Args:
         landmarks: ``(T, 21, 3)`` (or any ``(*batch, 21, 3)``) metres; up to ``max_frames`` evenly
             spaced valid frames are used.
 
     Returns:
-        A :class:`HandModel` with calibrated ``origin_xyz``.
+        A :class:`HandModel` with calibrated ``origin_xyz`` and ``origin_rot``.
     """
     import optax
 
@@ -94,7 +107,7 @@ def calibrate(
         h = apply_calibration(hand, p)
         data = jnp.mean(landmark_loss(h, q, R, t, logs, lm, w, config))
         prior = (jnp.sum((p["log_length"] / length_prior) ** 2) + jnp.sum((p["palm"] / palm_prior) ** 2)
-                 + jnp.sum((p["palm_rot"] / rotation_prior) ** 2))
+                 + (jnp.sum(p["palm_rot"] ** 2) + jnp.sum(p["bone_rot"] ** 2)) / rotation_prior ** 2)
         return data + prior
 
     @jax.jit
