@@ -277,3 +277,25 @@ def test_float32_sincos_matches_numpy():
     assert np.isnan(np.asarray(s)).all() and np.isnan(np.asarray(c)).all()
     s64, _ = _sincos(jnp.asarray(xs))  # float64 (x64 on in the tests): numpy's accuracy
     assert np.abs(np.asarray(s64) - np.sin(xs)).max() < 1e-15
+
+
+def test_float32_atan2_matches_numpy():
+    """The solver's own float32 atan2 (one division + a polynomial) against float64 numpy: every
+    quadrant, the axes, the origin, the reduction boundary |y| = tan(π/8)·|x| and wide magnitudes."""
+    from wuji_jax.solver import _atan2
+
+    rng = np.random.default_rng(0)
+    n = 200_000
+    y = rng.normal(size=n) * 10.0 ** rng.uniform(-4, 4, n)
+    x = rng.normal(size=n) * 10.0 ** rng.uniform(-4, 4, n)
+    t = np.tan(np.pi / 8)
+    edge = np.array([[0, 0], [0, -1], [1, 0], [-1, 0], [0, 1], [-0.0, -1], [1, 1], [-1, -1],
+                     [t, 1], [t * (1 + 1e-7), 1], [-t, -1], [1, t], [1e-30, 1], [1, 1e-30]], np.float64)
+    y, x = np.concatenate([y, edge[:, 0]]).astype(np.float32), np.concatenate([x, edge[:, 1]]).astype(np.float32)
+    a = _atan2(jnp.asarray(y), jnp.asarray(x))
+    assert a.dtype == jnp.float32
+    ref = np.arctan2(y.astype(np.float64), x.astype(np.float64))
+    err = np.abs(np.asarray(a, np.float64) - ref)
+    err = np.minimum(err, 2 * np.pi - err)  # ±π for y = −0
+    assert err.max() < 4e-7, (err.max(), y[err.argmax()], x[err.argmax()])
+    assert np.isnan(np.asarray(_atan2(jnp.asarray([np.nan, 1.0], np.float32), jnp.asarray([1.0, np.nan], np.float32)))).all()
