@@ -1040,11 +1040,13 @@ def _is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def _validate(hand, landmarks, weights, q0, check_units=True):
+def _validate(hand, landmarks, weights, q0, check_units=True, fill=True):
     """Checked ``(landmarks, weights, q0)`` with matching batch shapes.
 
     Concrete inputs get the full numpy checks (shape, finiteness, units); traced inputs (inside
     ``jax.jit``/``grad``) only the static shape checks, so :func:`solve` stays a pure JAX function.
+    ``fill=False``: weights and ``q0`` not given stay ``None`` (the defaults are made inside the
+    compiled call: each fresh host array costs a transfer, 40-90 µs for one frame).
     """
     if _is_traced(landmarks, weights, q0):
         lm = jnp.asarray(landmarks)
@@ -1056,7 +1058,7 @@ def _validate(hand, landmarks, weights, q0, check_units=True):
         xp = np
     batch = lm.shape[:-2]
     if weights is None:
-        weights = xp.ones(batch + (21,), lm.dtype)
+        weights = xp.ones(batch + (21,), lm.dtype) if fill else None
     else:
         weights = xp.asarray(weights, lm.dtype)
         if weights.shape != batch + (21,):
@@ -1067,6 +1069,8 @@ def _validate(hand, landmarks, weights, q0, check_units=True):
                     f"weights must have shape (*batch, 21) = {batch + (21,)}; got {weights.shape}"
                 ) from None
     if q0 is None:
+        if not fill:
+            return lm, weights, None
         q0 = _neutral_np(hand) if xp is np and not _is_traced(hand.lower, hand.upper) else neutral_angles(hand)
     q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
     return lm, weights, q0
@@ -1105,7 +1109,7 @@ def solve(
             was found and what to pass instead).
     """
     config = dataclasses.replace(config or SolverConfig(), **overrides)
-    lm, weights, q0a = _validate(hand, landmarks, weights, q0, check_units)
+    lm, weights, q0a = _validate(hand, landmarks, weights, q0, check_units, fill=False)
     if side is not None:
         if _is_traced(lm):
             raise ValueError("side= needs concrete landmarks; pick the hand model outside jit")
@@ -1113,9 +1117,23 @@ def solve(
     return _solve_checked(hand, lm, weights, q0a, config, warm=q0 is not None)
 
 
+def _defaults(hand, lm, weights, q0a, xp):
+    """``weights`` and ``q0a`` for ``lm (*batch, 21, 3)`` where they are ``None`` (all ones; the
+    neutral pose), with numpy (``xp=np``) or in a traced computation (``xp=jnp``)."""
+    batch = lm.shape[:-2]
+    if weights is None:
+        weights = xp.ones(batch + (21,), lm.dtype)
+    if q0a is None:
+        q0 = _neutral_np(hand) if xp is np else neutral_angles(hand)
+        q0a = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
+    return weights, q0a
+
+
 @functools.partial(jax.jit, static_argnames=("static", "warm"))
 def _solve_shaped(hand, lm, weights, q0a, static, cfg, warm=False):
-    """:func:`_solve_flat` for any batch shape; the reshapes happen inside the compiled call."""
+    """:func:`_solve_flat` for any batch shape; the reshapes (and defaults for ``weights``/``q0a``
+    given as ``None``) happen inside the compiled call."""
+    weights, q0a = _defaults(hand, lm, weights, q0a, jnp)
     batch = lm.shape[:-2]
     flat = int(np.prod(batch)) if batch else 1
     out = _solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21),
@@ -1136,10 +1154,11 @@ def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm
     dtype = jnp.float64 if (lm.dtype == jnp.float64 and jax.config.jax_enable_x64) else jnp.float32
     traced = _is_traced(lm, weights, q0a)
     xp = jnp if traced else np  # numpy inputs go straight into the jitted call
-    lm, weights, q0a = xp.asarray(lm, dtype), xp.asarray(weights, dtype), xp.asarray(q0a, dtype)
+    lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
     cfg = _traced_config(config, np.dtype(dtype))
     rows = None if traced else split_over_devices(int(np.prod(lm.shape[:-2])))
     if rows is not None and not _is_traced(*jax.tree_util.tree_leaves(hand)):
+        weights, q0a = _defaults(hand, lm, weights, q0a, np)
         return _solve_split(hand, lm, weights, q0a, config._static(), cfg, rows, warm)
     return _solve_shaped(hand, lm, weights, q0a, config._static(), cfg, warm)
 
