@@ -75,8 +75,8 @@ class SolverConfig:
         iterations: LM iterations after the closed-form start (fixed budget; static). On noise-free
             data the start alone is within 0.05° (p99) and 2 iterations reach p99 < 0.005°; on
             dex-retargeting's real recording the median keypoint error is 4.98 / 4.55 / 4.45 / 4.32 mm
-            after 2 / 3 / 5 / 20 (``benchmarks/bench_ik.py``); 3 run at about 45,000 frames/s on 2 CPU
-            cores, 5 at 31,000.
+            after 2 / 3 / 5 / 20 (``benchmarks/bench_ik.py``); 3 run at about 146,000 frames/s on 2 CPU
+            cores at batch 1024, 5 at 102,000.
         coupling: ``"hard"`` (thumb rotation = the law) or ``"soft"`` (free, penalised towards it).
         estimate_scale: fit the hand scale ``s`` (else ``s = 1``).
         huber_delta: metres; landmark errors beyond it count linearly (robust to outliers). 5 mm: on
