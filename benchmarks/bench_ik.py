@@ -79,17 +79,15 @@ def accuracy(q_true: np.ndarray, r) -> dict:
                 converged_fraction=float(np.mean(r.converged)))
 
 
-def split_kernel(config, hand, batch: int, rows, dtype=np.float32):
-    """``(hand, landmarks) → dict``: the kernel that ``wj.solve`` runs for a batch it splits over the
-    devices of ``rows`` (each device solves its rows, in chunks), with weights and the start pose
-    already on the devices; the landmarks must be placed with ``rows``."""
+def split_kernel(config, hand, yb: np.ndarray, rows):
+    """``(hand, landmarks) → dict``: the kernel that ``wj.solve`` runs for the batch ``yb`` when it
+    splits it over the devices of ``rows`` (each device solves its rows, in chunks), with weights and
+    the start pose already on the devices; the landmarks must be placed with ``rows``."""
     from wuji_jax import solver as S
 
     kernel = S._split_kernel(rows.mesh, config._static(), False)
-    w = jax.device_put(np.ones((batch, 21), dtype), rows)
-    q0 = jax.device_put(np.ascontiguousarray(np.broadcast_to(
-        S._neutral_np(hand).astype(dtype), (batch, hand.num_joints))), rows)
-    cfg = S._traced_config(config, np.dtype(dtype))
+    w, q0 = jax.device_put(S._defaults(hand, yb, None, None, np), rows)
+    cfg = S._traced_config(config, yb.dtype)
     return lambda h, y: kernel(h, y, w, q0, cfg)
 
 
@@ -104,7 +102,7 @@ def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, con
     yb = yb.astype(np.float64 if yb.dtype == np.float64 and jax.config.jax_enable_x64 else np.float32)
     rows = split_over_devices(batch) if split else None
     if rows:
-        solver = split_kernel(config or wj.SolverConfig(), hand, batch, rows, yb.dtype)
+        solver = split_kernel(config or wj.SolverConfig(), hand, yb, rows)
     yb = jax.device_put(yb, rows or jax.devices()[0])
     first = first_call(solver, hand, yb)
     t = time_fn(solver, hand, yb, repeats=1, warmup=0)

@@ -515,7 +515,8 @@ def _fk(hand, ch, params, ang, want_jac):
                 axes_w.append(jnp.broadcast_to(Oa[:, 0, :, None], (G, 3, B)) if d == 0 else _mv(R, Oa[:, d, :, None]))
         else:
             Md = O[:, d, :, :, None]
-            axes_w.append(None)
+            if want_jac:
+                axes_w.append(None)
         if d < D - 1:
             R = jnp.broadcast_to(Md, (G, 3, 3, B)) if d == 0 else _mm(R, Md)
     P = jnp.stack(pos, axis=1)  # (G, D, 3, B)
@@ -1040,13 +1041,13 @@ def _is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def _validate(hand, landmarks, weights, q0, check_units=True, fill=True):
-    """Checked ``(landmarks, weights, q0)`` with matching batch shapes.
+def _validate(hand, landmarks, weights, q0, check_units=True):
+    """Checked ``(landmarks, weights, q0)`` with matching batch shapes; weights and ``q0`` not given
+    stay ``None`` (:func:`_defaults` makes them, inside the compiled call for :func:`solve`: each
+    fresh host array costs a transfer, 40-90 µs for one frame).
 
     Concrete inputs get the full numpy checks (shape, finiteness, units); traced inputs (inside
     ``jax.jit``/``grad``) only the static shape checks, so :func:`solve` stays a pure JAX function.
-    ``fill=False``: weights and ``q0`` not given stay ``None`` (the defaults are made inside the
-    compiled call: each fresh host array costs a transfer, 40-90 µs for one frame).
     """
     if _is_traced(landmarks, weights, q0):
         lm = jnp.asarray(landmarks)
@@ -1057,9 +1058,7 @@ def _validate(hand, landmarks, weights, q0, check_units=True, fill=True):
         lm = check_landmarks(landmarks, check_units=check_units)
         xp = np
     batch = lm.shape[:-2]
-    if weights is None:
-        weights = xp.ones(batch + (21,), lm.dtype) if fill else None
-    else:
+    if weights is not None:
         weights = xp.asarray(weights, lm.dtype)
         if weights.shape != batch + (21,):
             try:
@@ -1068,11 +1067,8 @@ def _validate(hand, landmarks, weights, q0, check_units=True, fill=True):
                 raise ValueError(
                     f"weights must have shape (*batch, 21) = {batch + (21,)}; got {weights.shape}"
                 ) from None
-    if q0 is None:
-        if not fill:
-            return lm, weights, None
-        q0 = _neutral_np(hand) if xp is np and not _is_traced(hand.lower, hand.upper) else neutral_angles(hand)
-    q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
+    if q0 is not None:
+        q0 = xp.broadcast_to(xp.asarray(q0, lm.dtype), batch + (hand.num_joints,))
     return lm, weights, q0
 
 
@@ -1109,7 +1105,7 @@ def solve(
             was found and what to pass instead).
     """
     config = dataclasses.replace(config or SolverConfig(), **overrides)
-    lm, weights, q0a = _validate(hand, landmarks, weights, q0, check_units, fill=False)
+    lm, weights, q0a = _validate(hand, landmarks, weights, q0, check_units)
     if side is not None:
         if _is_traced(lm):
             raise ValueError("side= needs concrete landmarks; pick the hand model outside jit")
@@ -1258,10 +1254,10 @@ def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, we
     import optax
 
     config = config or SolverConfig()
-    lm, weights, q0 = _validate(hand, landmarks, weights, None)
+    lm, weights, _ = _validate(hand, landmarks, weights, None)
     batch = lm.shape[:-2]
     lm = jnp.asarray(lm)
-    weights = jnp.asarray(weights)
+    weights, q0 = _defaults(hand, lm, None if weights is None else jnp.asarray(weights), None, jnp)
     init = solve(hand, lm, weights, config, iterations=0, check_units=False)
     optimizer = optimizer or optax.adam(0.02)
     params = dict(q=jnp.asarray(q0), phi=jnp.zeros(batch + (3,), lm.dtype),
