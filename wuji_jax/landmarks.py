@@ -91,6 +91,10 @@ def unit_problem(landmarks) -> str | None:
     if lm.shape[0] > _UNIT_SAMPLE:
         lm = lm[_np.linspace(0, lm.shape[0] - 1, _UNIT_SAMPLE).astype(_np.int64)]
     lm = lm.astype(_np.float64)
+    if lm.shape[0] == 1 and _np.isfinite(lm).all():  # one whole frame (live use): the plain test
+        d = lm[0].max(0) - lm[0].min(0)
+        if 0.05 <= _np.sqrt(d @ d) <= 0.40 and not lm[0, :, :2].min() > 0.005:
+            return None
     ext = hand_extent(lm)
     ok = _np.isfinite(ext) & (ext > 0)
     if not ok.any():

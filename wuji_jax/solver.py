@@ -426,9 +426,10 @@ def _so3_exp(phi):
     return jnp.stack([jnp.stack(r, 0) for r in rows], 0)
 
 
-def _chol_solve(A, rhs):
-    """Solve ``A X = rhs`` for SPD ``A (..., n, n, B)`` and ``rhs (..., n, r, B)`` by an unrolled
-    Cholesky factorisation (n is small and static); vectorised over ``...`` and ``B``."""
+def _chol_rows(A, rhs):
+    """Solve ``A X = rhs`` for SPD ``A (..., n, n, B)`` by an unrolled Cholesky factorisation (n is
+    small and static), vectorised over ``...`` and ``B``; ``rhs`` and the result are lists over the
+    n rows of ``(..., r, B)`` arrays (kept apart: see :class:`_Params` on buffer sizes)."""
     n = A.shape[-3]
     L = [[None] * n for _ in range(n)]
     for i in range(n):
@@ -442,7 +443,7 @@ def _chol_solve(A, rhs):
                 L[i][j] = s / L[j][j]
     y = []
     for i in range(n):
-        s = rhs[..., i, :, :]
+        s = rhs[i]
         for k in range(i):
             s = s - L[i][k][..., None, :] * y[k]
         y.append(s / L[i][i][..., None, :])
@@ -452,7 +453,12 @@ def _chol_solve(A, rhs):
         for k in range(i + 1, n):
             s = s - L[k][i][..., None, :] * x[k]
         x[i] = s / L[i][i][..., None, :]
-    return jnp.stack(x, axis=-3)
+    return x
+
+
+def _chol_solve(A, rhs):
+    """:func:`_chol_rows` with ``rhs (..., n, r, B)`` and the result as arrays."""
+    return jnp.stack(_chol_rows(A, [rhs[..., i, :, :] for i in range(A.shape[-3])]), axis=-3)
 
 
 def _huber(r2, delta):
@@ -467,10 +473,32 @@ def _huber(r2, delta):
 # ------------------------------------------------------------------------------------------ FK + J
 
 
-def _chain_params(hand: HandModel, ch: _Chains, dtype):
-    """Per (g, d) link constants gathered from the model's leaves (padding link appended): offsets
-    ``xyz (G, D, 3)``, fixed rotations ``O (G, D, 3, 3)``, axes ``ax (G, D, 3)``, and ``O·[a]×``,
-    ``O·[a]×²`` (so that ``O·Rot(a, θ) = O + sin θ·C1 + (1 − cos θ)·C2``) and ``O·a``."""
+class _Params(NamedTuple):
+    """Per-depth link constants of the chains (tuples over depth ``d`` of arrays over the G chains):
+    offsets ``xyz (G, 3)``, fixed rotations ``O (G, 3, 3)``, axes ``ax (G, 3)``, ``C1 = O·[a]×`` and
+    ``C2 = O·[a]×²`` (so that ``O·Rot(a, θ) = O + sin θ·C1 + (1 − cos θ)·C2``), ``Oa = O·a (G, 3)``;
+    and ``rest (21, 3, 1)``: the keypoints at zero angles, in the wrist frame.
+
+    Stored as two small arrays per depth, ``frame (G, 6, 3)`` (rows of O, then xyz, ax, Oa) and
+    ``turn (G, 2, 3, 3)`` (C1, C2), rather than ``(G, D, ...)`` arrays: at batch 1 every buffer of
+    the kernel then holds at most 512 bytes, and XLA:CPU runs such a kernel's thunks in sequence on
+    the calling thread instead of scheduling them as a graph (``ThunkExecutor``'s small-buffer
+    rule); few arrays, as each argument of a jitted call costs ~0.4 µs to pass."""
+
+    frame: tuple
+    turn: tuple
+    rest: jax.Array
+
+    O = property(lambda self: tuple(f[:, :3] for f in self.frame))
+    xyz = property(lambda self: tuple(f[:, 3] for f in self.frame))
+    ax = property(lambda self: tuple(f[:, 4] for f in self.frame))
+    Oa = property(lambda self: tuple(f[:, 5] for f in self.frame))
+    C1 = property(lambda self: tuple(t[:, 0] for t in self.turn))
+    C2 = property(lambda self: tuple(t[:, 1] for t in self.turn))
+
+
+def _chain_params(hand: HandModel, ch: _Chains, dtype) -> _Params:
+    """:class:`_Params` gathered from the model's leaves (padding link: zero offset and axis, identity)."""
     xyz = jnp.concatenate([hand.origin_xyz, jnp.zeros((1, 3), dtype)])[ch.link]  # (G, D, 3)
     O = jnp.concatenate([hand.origin_rot, jnp.eye(3, dtype=dtype)[None]])[ch.link]  # (G, D, 3, 3)
     ax = jnp.concatenate([hand.axis, jnp.zeros((1, 3), dtype)])[ch.link]  # (G, D, 3)
@@ -480,23 +508,24 @@ def _chain_params(hand: HandModel, ch: _Chains, dtype):
     C1 = jnp.einsum("gdij,gdjk->gdik", O, K)
     C2 = jnp.einsum("gdij,gdjk->gdik", C1, K)
     Oa = jnp.einsum("gdij,gdj->gdi", O, ax)
-    return xyz, O, ax, C1, C2, Oa
+    frame = jnp.concatenate([O, xyz[:, :, None], ax[:, :, None], Oa[:, :, None]], 2)  # (G, D, 6, 3)
+    turn = jnp.stack([C1, C2], 2)  # (G, D, 2, 3, 3)
+    params = _Params(tuple(frame[:, d] for d in range(ch.D)), tuple(turn[:, d] for d in range(ch.D)), None)
+    return params._replace(rest=_model_keypoints(hand, ch, params, jnp.zeros((hand.num_joints, 1), dtype)))
 
 
-def _link_rot(params, d, sin, cos):
+def _link_rot(params: _Params, d, sin, cos):
     """``O_d · Rot(a_d, θ) (G, 3, 3, B)`` at depth ``d`` from the precomputed terms; ``sin, cos (G, B)``."""
-    _, O, _, C1, C2, _ = params
-    return (O[:, d, :, :, None] + sin[:, None, None] * C1[:, d, :, :, None]
-            + (1.0 - cos[:, None, None]) * C2[:, d, :, :, None])
+    return (params.O[d][..., None] + sin[:, None, None] * params.C1[d][..., None]
+            + (1.0 - cos[:, None, None]) * params.C2[d][..., None])
 
 
-def _fk(hand, ch, params, ang, want_jac):
+def _fk(hand, ch, params: _Params, ang, want_jac):
     """Chains' keypoints ``(G, K, 3, B)`` and joint Jacobians: a list over depth ``d`` of
     ``(G, K, 3, B)`` (d keypoint / d link angle at depth ``d``; ``None`` where no chain has a joint).
 
     ang: ``(G, D, B)`` link angles.
     """
-    xyz, O, _, _, _, Oa = params
     G, D = ch.G, ch.D
     B = ang.shape[-1]
     dtype = ang.dtype
@@ -505,33 +534,33 @@ def _fk(hand, ch, params, ang, want_jac):
     for d in range(D):
         if d == 0:  # the chain starts at the root: no product with an identity (cheaper, and XLA:CPU
             # float32 mis-evaluated the broadcast-identity product at batch >= 128)
-            p = jnp.broadcast_to(xyz[:, 0, :, None], (G, 3, B))
+            p = jnp.broadcast_to(params.xyz[0][..., None], (G, 3, B))
         else:
-            p = p + _mv(R, xyz[:, d, :, None])
+            p = p + _mv(R, params.xyz[d][..., None])
         pos.append(p)
         if ch.has_joint[d]:
             Md = _link_rot(params, d, sin[:, d], cos[:, d])
             if want_jac:
-                axes_w.append(jnp.broadcast_to(Oa[:, 0, :, None], (G, 3, B)) if d == 0 else _mv(R, Oa[:, d, :, None]))
+                Oa = params.Oa[d][..., None]
+                axes_w.append(jnp.broadcast_to(Oa, (G, 3, B)) if d == 0 else _mv(R, Oa))
         else:
-            Md = O[:, d, :, :, None]
+            Md = params.O[d][..., None]
             if want_jac:
                 axes_w.append(None)
         if d < D - 1:
             R = jnp.broadcast_to(Md, (G, 3, 3, B)) if d == 0 else _mm(R, Md)
     P = jnp.stack(pos, axis=1)  # (G, D, 3, B)
-    kp = jnp.stack([P[g, ch.kp_depth[g]] for g in range(G)])  # (G, K, 3, B)
+    kp = P[np.arange(G)[:, None], ch.kp_depth]  # (G, K, 3, B), one gather
     if not want_jac:
         return kp, None
-    # only the depths with a joint, in one array (its consumers share it)
-    dj = [d for d in range(D) if ch.has_joint[d]]
-    W = jnp.stack([axes_w[d] for d in dj], axis=1)  # (G, Dj, 3, B)
-    Pj = jnp.stack([pos[d] for d in dj], axis=1)
-    mask = (np.asarray(dj)[None, None, :] < ch.kp_depth[:, :, None]).astype(np.float64)  # joint before kp
-    J = _cross(W[:, None], kp[:, :, None] - Pj[:, None]) * jnp.asarray(mask, dtype)[..., None, None]
+    # one (G, K, 3, B) array per depth with a joint (a single (G, K, depths, 3, B) array would exceed
+    # the small-buffer size at batch 1, see _Params)
     Jd = [None] * D
-    for i, d in enumerate(dj):
-        Jd[d] = J[:, :, i]
+    for d in range(D):
+        if ch.has_joint[d]:
+            before = (d < ch.kp_depth).astype(np.float64)  # (G, K): joint before the keypoint
+            Jd[d] = (_cross(axes_w[d][:, None], kp - pos[d][:, None])
+                     * jnp.asarray(before, dtype)[..., None, None])
     return kp, Jd
 
 
@@ -542,7 +571,8 @@ def _link_angles_ch(hand, ch, q, rot):
 
 
 def _jac_vars(hand, ch, q, Jd, soft):
-    """d keypoint / d variable ``(G, K, V, 3, B)`` from the per-depth joint Jacobians ``Jd`` (list
+    """d keypoint / d variable: a list over the V variable slots of ``(G, K, 3, B)``, from the
+    per-depth joint Jacobians ``Jd`` (list
     over depth of ``(G, K, 3, B)``, :func:`_fk`): each variable slot reads its joint's depth; under
     hard coupling a coupled joint's column is added to its sources' with the law's derivatives."""
     n, M = hand.num_joints, len(hand.mimic_sources)
@@ -567,7 +597,7 @@ def _jac_vars(hand, ch, q, Jd, soft):
             for j, dj in ((src, k[0] + k[2] * q[sec]), (sec, k[1] + k[2] * q[src])):
                 v = int(ch.var_pos[j][1])
                 cols[v] = cols[v] + lane * dj * Jd[dm]
-    return jnp.stack(cols, axis=2)
+    return cols
 
 
 def _coupled(hand, q):
@@ -580,14 +610,18 @@ def _model_keypoints(hand, ch, params, q, rot=None):
     if rot is None:
         rot = _coupled(hand, q)
     kp, _ = _fk(hand, ch, params, _link_angles_ch(hand, ch, q, rot), want_jac=False)
-    out = [None] * 21
-    for k in ch.root_kps:
-        out[k] = jnp.zeros_like(kp[0, 0])
+    flat = jnp.concatenate([kp.reshape((ch.G * ch.K,) + kp.shape[2:]), jnp.zeros_like(kp[0, :1])])
+    return flat[_kp_order(ch)]  # one gather (a stack of 21 slices is 21 copies)
+
+
+def _kp_order(ch: _Chains) -> np.ndarray:
+    """``(21,)`` row of each keypoint in the chains' ``(G·K + 1)`` rows (the last one: the root)."""
+    order = np.full(21, ch.G * ch.K)
     for g in range(ch.G):
         for i in range(ch.K):
             if ch.kp_id[g, i] >= 0:
-                out[int(ch.kp_id[g, i])] = kp[g, i]
-    return jnp.stack(out)
+                order[ch.kp_id[g, i]] = g * ch.K + i
+    return order
 
 
 # ---------------------------------------------------------------------------------------- the cost
@@ -650,9 +684,10 @@ def _palm_similarity(m, y, w, estimate_scale: bool):
     ])  # (4, 4, B)
     fro = jnp.sqrt(_sum(N * N, (0, 1))) + 1e-30
     P = (N + fro * jnp.eye(4, dtype=N.dtype)[..., None]) / (2 * fro)
-    for _ in range(12):
-        P = _mm(P, P)
-        P = P / (jnp.sqrt(_sum(P * P, (0, 1))) + 1e-30)
+    for i in range(12):  # P^(2^12); eigenvalues of P lie in [0, 1], the largest >= 1/2 after each
+        P = _mm(P, P)  # normalisation, so four squarings between them keep it above 2^-16 (float32-safe)
+        if i % 4 == 3:
+            P = P / (jnp.sqrt(_sum(P * P, (0, 1))) + 1e-30)
     norms = _sum(P * P, 0)  # column norms (4, B)
     best = jnp.argmax(norms, 0)
     col = jnp.take_along_axis(P, best[None, None, :], axis=1)[:, 0]  # (4, B)
@@ -730,7 +765,7 @@ def _analytic_angles(hand, ch, params, q0, R, t, logs, y, w, fixed_point=3):
     them take the law of the current estimate (``fixed_point`` rounds). Exact on noise-free data when
     those joints sit at the bone's first keypoint, as on WG110v12; a start for LM in any case. Bones
     with a masked end keep ``q0``; results are clipped to the limits."""
-    xyz, O, _, _, _, Oa = params
+    xyz, O, ax, Oa = (tuple(a[..., None] for a in v) for v in (params.xyz, params.O, params.ax, params.Oa))
     n, M = hand.num_joints, len(hand.mimic_sources)
     kid = np.where(ch.kp_id >= 0, ch.kp_id, 0)
     RT = jnp.swapaxes(R, 0, 1)
@@ -742,8 +777,8 @@ def _analytic_angles(hand, ch, params, q0, R, t, logs, y, w, fixed_point=3):
     def link(d):  # O_d · Rot(a_d, θ_d): (G, 3, 3, B); built from Rot here, not by _link_rot (which made
         # this start 3.8 -> 4.9 µs/frame at batch 1024 while it speeds up _fk)
         if not ch.has_joint[d]:
-            return O[:, d, :, :, None]
-        return _mm(O[:, d, :, :, None], _rot(params[2][:, d, :, None], *_sincos(angs[d])))
+            return O[d]
+        return _mm(O[d], _rot(ax[d], *_sincos(angs[d])))
 
     def walk(F, d0, d1):  # the frame after depth d0 − 1 carried to the frame after depth d1 − 1
         for d in range(d0, d1):
@@ -762,44 +797,55 @@ def _analytic_angles(hand, ch, params, q0, R, t, logs, y, w, fixed_point=3):
         Rb = None  # fixed transform from the last free joint to the bone's end
         for d in range(free[-1] + 1, db):
             Rb = link(d) if Rb is None else _mm(Rb, link(d))
-        b = xyz[:, db, :, None] if Rb is None else _mv(Rb, xyz[:, db, :, None])
+        b = xyz[db] if Rb is None else _mv(Rb, xyz[db])
         b = _unit(b)
-        O1, a1 = O[:, free[0], :, :, None], Oa[:, free[0], :, None]
+        O1, a1 = O[free[0]], Oa[free[0]]
         for _ in range(fixed_point if mimics else 1):
             Fj = walk(F, da, free[0])
             o = _unit(dz if Fj is None else _mv(jnp.swapaxes(Fj, 1, 2), dz))
             if len(free) == 1:
                 th = [_sp1(a1, _mv(O1, b), o)]
             else:  # O1·Rot(α1, θ1)·O2·Rot(α2, θ2)·b = Rot(O1α1, θ1)·Rot(O1O2α2, θ2)·O1O2·b
-                O12 = _mm(O1, O[:, free[1], :, :, None])
-                th = list(_sp2(a1, _mv(O1, Oa[:, free[1], :, None]), _mv(O12, b), o))
+                O12 = _mm(O1, O[free[1]])
+                th = list(_sp2(a1, _mv(O1, Oa[free[1]]), _mv(O12, b), o))
             for d, val in zip(free, th):
                 idx = ch.angle[:, d]
                 val = jnp.clip(val, hand.lower[idx][:, None], hand.upper[idx][:, None])
                 angs[d] = jnp.where(ok, val, angs[d])
             if mimics:
-                law = _coupled(hand, _gather_lanes(ch, q0, angs, n))
+                law = _coupled_rows(hand, _LaneView(ch, q0, angs))
                 for m, g, d in mimics:
                     angs[d] = angs[d].at[g].set(law[m])
     return _gather_lanes(ch, q0, angs, n)
 
 
 def _gather_lanes(ch, q, angs, n):
-    """``(n, B)`` joint angles read back from the per-depth lane angles ``angs[d] (G, B)``."""
-    rows = list(q)
-    for g in range(ch.G):
-        for d in range(ch.D):
-            if ch.angle[g, d] < n:
-                rows[int(ch.angle[g, d])] = angs[d][g]
-    return jnp.stack(rows)
+    """``(n, B)`` joint angles read back from the per-depth lane angles ``angs[d] (G, B)``, where a
+    lane holds the joint, else from ``q (n, B)`` (one gather; a stack of n rows is n copies)."""
+    rows = np.arange(n)
+    g, d = np.nonzero(ch.angle < n)
+    rows[ch.angle[g, d]] = n + d * ch.G + g
+    return jnp.concatenate([q, jnp.stack(angs).reshape((ch.D * ch.G,) + q.shape[1:])])[rows]
+
+
+class _LaneView:
+    """Joint ``j``'s angles ``(B,)`` as :func:`_gather_lanes` would give them, one row at a time."""
+
+    def __init__(self, ch, q, angs):
+        self.ch, self.q, self.angs = ch, q, angs
+
+    def __getitem__(self, j):
+        at = np.argwhere(self.ch.angle == j)
+        return self.angs[at[0, 1]][at[0, 0]] if len(at) else self.q[j]
 
 
 # ------------------------------------------------------------------------------------- LM kernel
 
 
-def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
+def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
     """The kernel on batch-last arrays: ``y (21, 3, B)``, ``w (21, B)``, ``q0 (n, B)``; ``warm``
-    (static): ``q0`` is a warm start, used where it fits better than the closed-form start."""
+    (static): ``q0`` is a warm start, used where it fits better than the closed-form start;
+    ``params``: the model's :class:`_Params` if already made (:func:`_params_of`), else made here."""
     iterations, coupling, estimate_scale, min_landmarks = static
     soft = coupling == "soft"
     ch = _chains(hand, soft)
@@ -809,7 +855,8 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
     B = y.shape[-1]
     G, K, V = ch.G, ch.K, ch.V
     npose = 7 if estimate_scale else 6
-    params = _chain_params(hand, ch, dtype)
+    if params is None:
+        params = _chain_params(hand, ch, dtype)
     kid = np.where(ch.kp_id >= 0, ch.kp_id, 0)
     kmask = jnp.asarray((ch.kp_id >= 0).astype(np.float64), dtype)[..., None]  # (G, K, 1)
     yg = y[kid]  # (G, K, 3, B)
@@ -820,8 +867,8 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
     n_valid = _sum((w > 0).astype(jnp.int32), 0)
     palm = np.asarray(ch.palm_kps, int)
     valid = (n_valid >= min_landmarks) & (_sum((w[palm] > 0).astype(jnp.int32), 0) >= 3)
-    kp0 = _model_keypoints(hand, ch, params, jnp.zeros((n, 1), dtype))  # the palm does not move with q
-    R, t, logs, det = _palm_similarity(kp0[palm], y[palm], w[palm], estimate_scale)
+    # the palm does not move with q
+    R, t, logs, det = _palm_similarity(params.rest[palm], y[palm], w[palm], estimate_scale)
     mirrored = det < 0
 
     q_prior = q0
@@ -853,7 +900,7 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
         s = jnp.exp(logs)
         ang = _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q))
         kp, Jd = _fk(hand, ch, params, ang, want_jac=True)
-        J = _jac_vars(hand, ch, q, Jd, soft) * (s / _REF)  # (G, K, V, 3, B)
+        J = [Jv * (s / _REF) for Jv in _jac_vars(hand, ch, q, Jd, soft)]  # V × (G, K, 3, B)
         u, e, e0 = _residuals(kp, R, t, logs, yg, y[roots])  # wrist (root) keypoints: u = 0, pose (δt) only
         data, hw, hw0 = _data_cost(e, e0, wg, w[roots], delta)
         cost = data + _penalty(hand, q, rot if soft else None, soft, cfg, q_prior)  # = cost_fn here
@@ -884,17 +931,17 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
                                  jnp.concatenate([col, Css[None]], 0)[None]], 0)
             gp = jnp.concatenate([gp, _sum(ww * _sum(u * e, 2), (0, 1))[None]], 0)
 
-        # finger blocks
-        wJ = ww[:, :, None, None] * J  # (G, K, V, 3, B)
-        KC = [(k, c) for k in range(K) for c in range(3)]
-        A = _add([wJ[:, k, :, None, c] * J[:, k, None, :, c] for k, c in KC])  # (G, V, V, B)
-        ga = _add([wJ[:, k, :, c] * e[:, k, None, c] for k, c in KC])  # (G, V, B)
-        Bphi = _add([ww[:, k, None, None] * _cross(u[:, k, None], J[:, k]) for k in range(K)])  # (G, V, 3, B)
-        Bt = _sum(wJ, 1)  # (G, V, 3, B)
-        Bm = [Bphi, Bt]
-        if estimate_scale:
-            Bm.append(_add([wJ[:, k, :, c] * u[:, k, None, c] for k, c in KC])[:, :, None])
-        Bm = jnp.concatenate(Bm, 2)  # (G, V, npose, B)
+        # finger blocks, one (G, ...) array per variable slot v (see _Params on buffer sizes)
+        wJ = [ww[:, :, None] * Jv for Jv in J]  # V × (G, K, 3, B)
+        Ae = {(a, b): _sum(wJ[a] * J[b], (1, 2)) for a in range(V) for b in range(a + 1)}  # (G, B)
+        A = jnp.stack([jnp.stack([Ae[max(a, b), min(a, b)] for b in range(V)], 1) for a in range(V)], 1)
+        ga = jnp.stack([_sum(wJv * e, (1, 2)) for wJv in wJ], 1)  # (G, V, B)
+        Bm = []  # V × (G, npose, B): d (pose gradient) / d variable
+        for v in range(V):
+            Bphi = _add([ww[:, k, None] * _cross(u[:, k], J[v][:, k]) for k in range(K)])  # (G, 3, B)
+            Bt = _sum(wJ[v], 1)  # (G, 3, B)
+            parts = [Bphi, Bt] + ([_sum(wJ[v] * u, (1, 2))[:, None]] if estimate_scale else [])
+            Bm.append(jnp.concatenate(parts, 1))
 
         # penalties on the variables (limits, prior, soft coupling); padding variables get identity
         ext_q = jnp.concatenate([q, rot, jnp.zeros((1, B), dtype)])
@@ -928,14 +975,14 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
         # Levenberg–Marquardt damping and the Schur complement over the finger blocks
         eyeV = jnp.eye(V, dtype=dtype)[None, :, :, None]
         A = A + eyeV * (A * lam + 1e-9)
-        X = _chol_solve(A, jnp.concatenate([Bm, ga[:, :, None]], 2))  # (G, V, npose + 1, B)
+        X = _chol_rows(A, [jnp.concatenate([Bm[v], ga[:, v, None]], 1) for v in range(V)])  # V × (G, npose + 1, B)
         GV = [(g, v) for g in range(G) for v in range(V)]
-        S = C - _add([Bm[g, v, :, None] * X[g, v, None, :npose] for g, v in GV])
-        rp = gp - _add([Bm[g, v] * X[g, v, npose] for g, v in GV])
+        S = C - _add([Bm[v][g, :, None] * X[v][g, None, :npose] for g, v in GV])
+        rp = gp - _add([Bm[v][g] * X[v][g, npose] for g, v in GV])
         eyeP = jnp.eye(npose, dtype=dtype)[..., None]
         S = S + eyeP * (S * lam + 1e-9)
         dp = _chol_solve(S, -rp[:, None])[:, 0]  # (npose, B)
-        dv = -(X[:, :, npose] + _add([X[:, :, i] * dp[i] for i in range(npose)]))  # (G, V, B)
+        dv = -jnp.stack([X[v][:, npose] + _add([X[v][:, i] * dp[i] for i in range(npose)]) for v in range(V)], 1)
         dx = dv[ch.var_pos[:, 0], ch.var_pos[:, 1]]  # (n + M, B)
         new_q = q + dx[:n]
         new_rot = rot + dx[n:] if soft else rot
@@ -976,13 +1023,14 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False):
                 conv=conv & valid, n_acc=n_acc, flags=flags)
 
 
-def _solve_rows(hand, landmarks, weights, q0, static, cfg, warm=False):
+def _solve_rows(hand, landmarks, weights, q0, static, cfg, warm=False, params=None):
     """``landmarks (B, 21, 3)``, ``weights (B, 21)``, ``q0 (B, n)`` → dict of ``(B, ...)`` arrays;
-    ``warm``: ``q0`` is a warm start (else the neutral pose: the closed-form start is used as is)."""
+    ``warm``: ``q0`` is a warm start (else the neutral pose: the closed-form start is used as is);
+    ``params``: see :func:`_solve_T`."""
     finite = jnp.all(jnp.isfinite(landmarks), axis=-1)
     w = jnp.where(finite & jnp.isfinite(weights), jnp.maximum(weights, 0.0), 0.0)
     y = jnp.where(finite[..., None], landmarks, 0.0)
-    out = _solve_T(hand, jnp.transpose(y, (1, 2, 0)), w.T, q0.T, static, cfg, warm)
+    out = _solve_T(hand, jnp.transpose(y, (1, 2, 0)), w.T, q0.T, static, cfg, warm, params)
     return dict(
         angles=out["q"].T, coupled=out["rot"].T, rotation=jnp.transpose(out["R"], (2, 0, 1)),
         translation=out["t"].T, scale=out["s"], keypoints=jnp.transpose(out["kp"], (2, 0, 1)),
@@ -998,12 +1046,12 @@ _solve_flat = jax.jit(_solve_rows, static_argnames=("static", "warm"))
 CHUNK_FRAMES = 2048
 
 
-def _solve_chunked(hand, landmarks, weights, q0, static, cfg, warm=False):
+def _solve_chunked(hand, landmarks, weights, q0, static, cfg, warm=False, params=None):
     """:func:`_solve_rows` over equal chunks of at most :data:`CHUNK_FRAMES` frames (``lax.map``; the
     batch is padded with copies of its final frame to a multiple of the chunk)."""
     B = landmarks.shape[0]
     if B <= CHUNK_FRAMES:
-        return _solve_rows(hand, landmarks, weights, q0, static, cfg, warm)
+        return _solve_rows(hand, landmarks, weights, q0, static, cfg, warm, params)
     n = -(-B // CHUNK_FRAMES)
     size = -(-B // n)  # n equal chunks of at most CHUNK_FRAMES
     pad = n * size - B
@@ -1013,7 +1061,7 @@ def _solve_chunked(hand, landmarks, weights, q0, static, cfg, warm=False):
     # input under the caller's jax.jit), every chunk is split over them too and the devices work on
     # each chunk in parallel
     args = [jnp.swapaxes(a.reshape((size, n) + a.shape[1:]), 0, 1) for a in args]
-    out = jax.lax.map(lambda a: _solve_rows(hand, *a, static, cfg, warm), args)
+    out = jax.lax.map(lambda a: _solve_rows(hand, *a, static, cfg, warm, params), args)
     return {k: jnp.swapaxes(v, 0, 1).reshape((n * size,) + v.shape[2:])[:B] for k, v in out.items()}
 
 
@@ -1039,6 +1087,15 @@ def _neutral_np(hand: HandModel) -> np.ndarray:
 
 def _is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _top_level() -> bool:
+    """No JAX transformation (``jit``, ``grad``, ``vmap`` …) is tracing the caller."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:  # other jax versions: an array made now is a tracer inside a trace
+        return not isinstance(jnp.zeros(()), jax.core.Tracer)
+    return trace_state_clean()
 
 
 def _validate(hand, landmarks, weights, q0, check_units=True):
@@ -1104,7 +1161,9 @@ def solve(
         ValueError: wrong shape, no finite landmark at all, or implausible units (message says what
             was found and what to pass instead).
     """
-    config = dataclasses.replace(config or SolverConfig(), **overrides)
+    config = config or _DEFAULT_CONFIG
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
     lm, weights, q0a = _validate(hand, landmarks, weights, q0, check_units)
     if side is not None:
         if _is_traced(lm):
@@ -1126,15 +1185,25 @@ def _defaults(hand, lm, weights, q0a, xp):
 
 
 @functools.partial(jax.jit, static_argnames=("static", "warm"))
-def _solve_shaped(hand, lm, weights, q0a, static, cfg, warm=False):
+def _solve_shaped(hand, lm, weights, q0a, static, cfg, warm=False, params=None):
     """:func:`_solve_flat` for any batch shape; the reshapes (and defaults for ``weights``/``q0a``
     given as ``None``) happen inside the compiled call."""
     weights, q0a = _defaults(hand, lm, weights, q0a, jnp)
     batch = lm.shape[:-2]
     flat = int(np.prod(batch)) if batch else 1
     out = _solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21),
-                         q0a.reshape(flat, hand.num_joints), static, cfg, warm)
+                         q0a.reshape(flat, hand.num_joints), static, cfg, warm, params)
     return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
+
+
+_DEFAULT_CONFIG = SolverConfig()
+
+
+@functools.lru_cache(maxsize=64)
+def _device_config(config: SolverConfig, dtype) -> dict:
+    """:func:`_traced_config` as arrays on the default device (for calls outside any trace: numpy
+    scalars would be copied to the device on every call)."""
+    return {k: jnp.asarray(v) for k, v in _traced_config(config, dtype).items()}
 
 
 @functools.lru_cache(maxsize=64)
@@ -1152,14 +1221,38 @@ def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm
     xp = jnp if traced else np  # numpy inputs go straight into the jitted call
     lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
     cfg = _traced_config(config, np.dtype(dtype))
-    rows = None if traced else split_over_devices(int(np.prod(lm.shape[:-2])))
-    if rows is not None and not _is_traced(*jax.tree_util.tree_leaves(hand)):
+    if traced or not _top_level() or _is_traced(*jax.tree_util.tree_leaves(hand)):
+        # inside a trace: nothing cached on the device (it would be captured as a constant)
+        return _solve_shaped(hand, lm, weights, q0a, config._static(), cfg, warm)
+    params = _params_of(hand, config.coupling == "soft", np.dtype(dtype))
+    rows = split_over_devices(int(np.prod(lm.shape[:-2])))
+    if rows is not None:
         weights, q0a = _defaults(hand, lm, weights, q0a, np)
-        return _solve_split(hand, lm, weights, q0a, config._static(), cfg, rows, warm)
-    return _solve_shaped(hand, lm, weights, q0a, config._static(), cfg, warm)
+        return _solve_split(hand, lm, weights, q0a, config._static(), cfg, rows, warm, params)
+    return _solve_shaped(hand, lm, weights, q0a, config._static(), _device_config(config, np.dtype(dtype)),
+                         warm, params)
 
 
-def _solve_split(hand, lm, weights, q0a, static, cfg, rows, warm) -> IKResult:
+_PARAMS: dict = {}  # (id(hand), soft, dtype) -> (hand, its _Params): the last few concrete models
+
+
+def _params_of(hand: HandModel, soft: bool, dtype) -> _Params:
+    """The :class:`_Params` of a concrete model, made once per model object and kept for the next
+    calls (made inside the kernel, they cost ~20 gathers and products per call, and their
+    ``(G, D, 3, 3)`` arrays would keep the single-frame kernel off XLA:CPU's sequential path)."""
+    key = (id(hand), soft, dtype)
+    hit = _PARAMS.get(key)
+    if hit is not None and hit[0] is hand:
+        return hit[1]
+    params = jax.tree_util.tree_map(
+        jax.block_until_ready, _chain_params(hand.astype(jnp.dtype(dtype)), _chains(hand, soft), dtype))
+    if len(_PARAMS) >= 16:
+        _PARAMS.pop(next(iter(_PARAMS)))
+    _PARAMS[key] = (hand, params)
+    return params
+
+
+def _solve_split(hand, lm, weights, q0a, static, cfg, rows, warm, params=None) -> IKResult:
     """:func:`_solve_flat` with the frames split over the devices of the sharding ``rows`` (numpy
     inputs; the batch is padded with copies of its last frame to a multiple of the device count)."""
     batch = lm.shape[:-2]
@@ -1168,7 +1261,7 @@ def _solve_split(hand, lm, weights, q0a, static, cfg, rows, warm) -> IKResult:
     args = [a.reshape((flat,) + a.shape[len(batch):]) for a in (lm, weights, q0a)]
     if pad:
         args = [np.concatenate([a, np.repeat(a[-1:], pad, 0)]) for a in args]
-    out = _split_kernel(rows.mesh, static, warm)(hand, *jax.device_put(args, rows), cfg)
+    out = _split_kernel(rows.mesh, static, warm)(hand, *jax.device_put(args, rows), cfg, params)
     return _unsplit(out, flat, batch)
 
 
@@ -1177,11 +1270,11 @@ def _split_kernel(mesh, static, warm):
     """The jitted solver with every device solving its own rows (``shard_map``: no communication)."""
     from jax.sharding import PartitionSpec as P
 
-    def local(hand, lm, weights, q0, cfg):
-        return _solve_chunked(hand, lm, weights, q0, static, cfg, warm)
+    def local(hand, lm, weights, q0, cfg, params):
+        return _solve_chunked(hand, lm, weights, q0, static, cfg, warm, params)
 
     rows = P(mesh.axis_names[0])
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P()), out_specs=rows,
                                  check_vma=False))
 
 
