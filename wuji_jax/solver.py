@@ -738,7 +738,16 @@ def _atan2(y, x):
 def _sp1(a, b, o):
     """The angle about unit ``a`` that turns ``b`` towards ``o`` (Paden–Kahan subproblem 1; the parts
     along ``a`` are ignored, so for a noisy ``o`` it is the least-squares angle). Vectors ``(..., 3, B)``."""
-    return _atan2(_dot(a, _cross(b, o)), _dot(b, o) - _dot(a, b) * _dot(a, o))
+    return _atan2(_triple(a, b, o), _dot(b, o) - _dot(a, b) * _dot(a, o))
+
+
+def _triple(a, b, c):
+    """``a · (b × c)`` over axis −2 of ``(..., 3, B)`` arrays → ``(..., B)`` (no stacked cross product:
+    a stack is materialised, one more kernel per call at batch 1)."""
+    a0, a1, a2 = a[..., 0, :], a[..., 1, :], a[..., 2, :]
+    b0, b1, b2 = b[..., 0, :], b[..., 1, :], b[..., 2, :]
+    c0, c1, c2 = c[..., 0, :], c[..., 1, :], c[..., 2, :]
+    return a0 * (b1 * c2 - b2 * c1) + a1 * (b2 * c0 - b0 * c2) + a2 * (b0 * c1 - b1 * c0)
 
 
 def _sp2(a1, a2, b, o):
@@ -752,7 +761,7 @@ def _sp2(a1, a2, b, o):
     be = (a2b - k * a1o) / det
     cr = _cross(a1, a2)
     g2 = (1.0 - al * al - be * be - 2.0 * al * be * k) / det
-    ga = jnp.where(_dot(cr, b) < 0, -1.0, 1.0) * jnp.sqrt(jnp.maximum(g2, 0.0))
+    ga = jnp.where(_triple(b, a1, a2) < 0, -1.0, 1.0) * jnp.sqrt(jnp.maximum(g2, 0.0))
     c = al[..., None, :] * a1 + be[..., None, :] * a2 + ga[..., None, :] * cr
     return _sp1(a1, c, o), _sp1(a2, b, c)
 
