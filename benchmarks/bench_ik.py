@@ -88,7 +88,7 @@ def split_kernel(config, hand, yb: np.ndarray, rows):
     kernel = S._split_kernel(rows.mesh, config._static(), False)
     w, q0 = jax.device_put(S._defaults(hand, yb, None, None, np), rows)
     cfg = S._traced_config(config, yb.dtype)
-    params = S._params_of(hand, config.coupling == "soft", yb.dtype)
+    params = S._params_of(hand, yb.dtype)
     return lambda h, y: kernel(h, y, w, q0, cfg, params)
 
 

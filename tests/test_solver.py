@@ -312,7 +312,7 @@ def test_single_frame_kernel_has_only_small_buffers(right, coupling):
     from wuji_jax import solver as S
 
     config = wj.SolverConfig(iterations=2, coupling=coupling)
-    params = S._params_of(right, coupling == "soft", np.dtype(np.float32))
+    params = S._params_of(right, np.dtype(np.float32))
     lm = jnp.asarray(np.asarray(wj.forward_keypoints(right, wj.named_pose("point")), np.float32)[None])
     q0 = jnp.asarray(S._neutral_np(right)[None], jnp.float32)
     text = S._solve_flat.lower(right, lm, jnp.ones((1, 21), jnp.float32), q0, config._static(),

@@ -91,18 +91,15 @@ def unit_problem(landmarks) -> str | None:
     if lm.shape[0] > _UNIT_SAMPLE:
         lm = lm[_np.linspace(0, lm.shape[0] - 1, _UNIT_SAMPLE).astype(_np.int64)]
     lm = lm.astype(_np.float64)
-    if lm.shape[0] == 1 and _np.isfinite(lm).all():  # one whole frame (live use): the plain test
-        d = lm[0].max(0) - lm[0].min(0)
-        if 0.05 <= _np.sqrt(d @ d) <= 0.40 and not lm[0, :, :2].min() > 0.005:
-            return None
     ext = hand_extent(lm)
     ok = _np.isfinite(ext) & (ext > 0)
     if not ok.any():
         return None
     e = float(ext[0]) if ext.size == 1 else float(_np.median(ext[ok]))
-    good = lm[ok]
+    good = lm if ok.all() else lm[ok]
     xy, z = good[..., :2], good[..., 2]
-    if 0.05 <= e <= 0.40 and not _np.nanmin(xy) > 0.005:  # metres, and not normalised image coordinates
+    xy_min = float(xy.min()) if _np.isfinite(xy).all() else float(_np.nanmin(xy))  # nanmin: ~4x slower
+    if 0.05 <= e <= 0.40 and not xy_min > 0.005:  # metres, and not normalised image coordinates
         return None
     fin = _np.isfinite(xy).all(-1)
     xy_span = _np.nanmedian(_np.linalg.norm(_np.nanmax(xy, 1) - _np.nanmin(xy, 1), axis=-1))
@@ -116,9 +113,9 @@ def unit_problem(landmarks) -> str | None:
             return f"landmarks look like millimetres (hand spans {e:.0f} units); divide by 1000 to pass metres"
         return (f"hand spans {e:.3g} units, far above a human hand's 5–40 cm; pass metres "
                 "(MediaPipe world landmarks)")
-    in_unit = fin.all() and _np.nanmin(xy) >= 0 and _np.nanmax(xy) <= 1 and _np.nanmax(_np.abs(z)) < 0.3
+    in_unit = fin.all() and xy_min >= 0 and _np.nanmax(xy) <= 1 and _np.nanmax(_np.abs(z)) < 0.3
     wrist_at_origin = _np.nanmedian(_np.linalg.norm(good[:, 0], axis=-1)) < 1e-6
-    if in_unit and not wrist_at_origin and _np.nanmin(xy) > 0.005 and flat_z:
+    if in_unit and not wrist_at_origin and xy_min > 0.005 and flat_z:
         return ("landmarks look like normalised image coordinates (x, y in [0, 1], flat z); pass "
                 "MediaPipe world landmarks in metres (HandLandmarkerResult.hand_world_landmarks)")
     if e < 0.05:

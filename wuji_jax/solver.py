@@ -572,9 +572,8 @@ def _link_angles_ch(hand, ch, q, rot):
 
 def _jac_vars(hand, ch, q, Jd, soft):
     """d keypoint / d variable: a list over the V variable slots of ``(G, K, 3, B)``, from the
-    per-depth joint Jacobians ``Jd`` (list
-    over depth of ``(G, K, 3, B)``, :func:`_fk`): each variable slot reads its joint's depth; under
-    hard coupling a coupled joint's column is added to its sources' with the law's derivatives."""
+    per-depth joint Jacobians ``Jd`` (list over depth of ``(G, K, 3, B)``, :func:`_fk`): each
+    variable slot reads its joint's depth; under hard coupling a coupled joint's column is added to its sources' with the law's derivatives."""
     n, M = hand.num_joints, len(hand.mimic_sources)
     some = next(j for j in Jd if j is not None)
     dtype = some.dtype
@@ -1098,13 +1097,13 @@ def _is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def _top_level() -> bool:
-    """No JAX transformation (``jit``, ``grad``, ``vmap`` …) is tracing the caller."""
-    try:
-        from jax._src.core import trace_state_clean
-    except ImportError:  # other jax versions: an array made now is a tracer inside a trace
+# _top_level(): no JAX transformation (jit, grad, vmap …) is tracing the caller
+try:
+    from jax._src.core import trace_state_clean as _top_level
+except ImportError:  # other jax versions: an array made now is a tracer inside a trace
+
+    def _top_level() -> bool:
         return not isinstance(jnp.zeros(()), jax.core.Tracer)
-    return trace_state_clean()
 
 
 def _validate(hand, landmarks, weights, q0, check_units=True):
@@ -1233,7 +1232,7 @@ def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm
     if traced or not _top_level() or _is_traced(*jax.tree_util.tree_leaves(hand)):
         # inside a trace: nothing cached on the device (it would be captured as a constant)
         return _solve_shaped(hand, lm, weights, q0a, config._static(), cfg, warm)
-    params = _params_of(hand, config.coupling == "soft", np.dtype(dtype))
+    params = _params_of(hand, np.dtype(dtype))
     rows = split_over_devices(int(np.prod(lm.shape[:-2])))
     if rows is not None:
         weights, q0a = _defaults(hand, lm, weights, q0a, np)
@@ -1242,19 +1241,19 @@ def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm
                          warm, params)
 
 
-_PARAMS: dict = {}  # (id(hand), soft, dtype) -> (hand, its _Params): the last few concrete models
+_PARAMS: dict = {}  # (id(hand), dtype) -> (hand, its _Params): the last few concrete models
 
 
-def _params_of(hand: HandModel, soft: bool, dtype) -> _Params:
+def _params_of(hand: HandModel, dtype) -> _Params:
     """The :class:`_Params` of a concrete model, made once per model object and kept for the next
     calls (made inside the kernel, they cost ~20 gathers and products per call, and their
     ``(G, D, 3, 3)`` arrays would keep the single-frame kernel off XLA:CPU's sequential path)."""
-    key = (id(hand), soft, dtype)
+    key = (id(hand), dtype)
     hit = _PARAMS.get(key)
     if hit is not None and hit[0] is hand:
         return hit[1]
-    params = jax.tree_util.tree_map(
-        jax.block_until_ready, _chain_params(hand.astype(jnp.dtype(dtype)), _chains(hand, soft), dtype))
+    # the chains' links (all _Params depends on) are the same under either coupling
+    params = _chain_params(hand.astype(jnp.dtype(dtype)), _chains(hand, soft=False), dtype)
     if len(_PARAMS) >= 16:
         _PARAMS.pop(next(iter(_PARAMS)))
     _PARAMS[key] = (hand, params)
