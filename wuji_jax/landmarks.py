@@ -61,6 +61,8 @@ HAND_CONNECTIONS: tuple[tuple[int, int], ...] = (
 
 # ------------------------------------------------------------------------------- validation (numpy)
 
+import math  # noqa: E402
+
 import numpy as _np  # noqa: E402  (kept below the constants: this module is mostly data)
 
 
@@ -88,6 +90,11 @@ def unit_problem(landmarks) -> str | None:
     10^7 frames), so single bad frames are left to the solver's flags.
     """
     lm = _np.asarray(landmarks).reshape(-1, 21, 3)
+    if lm.shape[0] == 1:  # one frame (live use): the metres test in four numpy calls, ~5 µs
+        hi, lo = lm[0].max(0).tolist(), lm[0].min(0).tolist()
+        e = math.sqrt(sum((h - l) ** 2 for h, l in zip(hi, lo)))  # NaN where a landmark is missing
+        if 0.05 <= e <= 0.40 and not min(lo[:2]) > 0.005:
+            return None
     if lm.shape[0] > _UNIT_SAMPLE:
         lm = lm[_np.linspace(0, lm.shape[0] - 1, _UNIT_SAMPLE).astype(_np.int64)]
     lm = lm.astype(_np.float64)
@@ -138,9 +145,10 @@ def check_landmarks(landmarks, check_units: bool = True) -> _np.ndarray:
         lm = _np.asarray(landmarks)
     except Exception as e:  # ragged lists and the like
         raise ValueError(f"landmarks could not be read as an array: {e}") from None
-    if lm.dtype == object or not (_np.issubdtype(lm.dtype, _np.number) or lm.dtype == bool):
+    kind = lm.dtype.kind  # f float, i/u integers, b bool, c complex; anything else is not numbers
+    if kind not in "fiubc":
         raise ValueError(f"landmarks must be numeric, got dtype {lm.dtype}")
-    if not _np.issubdtype(lm.dtype, _np.floating):
+    if kind != "f":
         lm = lm.astype(_np.float64)
     if lm.ndim >= 1 and lm.shape[-1] == 63:
         raise ValueError(f"landmarks have shape {lm.shape}: flat rows of 63; reshape to (..., 21, 3) first")
@@ -151,7 +159,7 @@ def check_landmarks(landmarks, check_units: bool = True) -> _np.ndarray:
         elif lm.ndim >= 2 and lm.shape[-1] == 3:
             hint = f" ({lm.shape[-2]} points per frame; MediaPipe hands have 21)"
         raise ValueError(f"landmarks must have shape (*batch, 21, 3); got {lm.shape}{hint}")
-    if lm.size and not _np.isfinite(lm).any():
+    if lm.size and not math.isfinite(lm.sum()) and not _np.isfinite(lm).any():
         raise ValueError("landmarks contain no finite value (all NaN/inf); nothing to fit")
     if check_units:
         problem = unit_problem(lm)

@@ -1224,21 +1224,26 @@ def _traced_config(config: SolverConfig, dtype) -> dict:
 def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm: bool = False) -> IKResult:
     """:func:`solve` after validation: ``lm (*b, 21, 3)``, ``weights (*b, 21)``, ``q0a (*b, n)``;
     ``warm``: ``q0a`` is a warm start rather than the neutral pose."""
-    dtype = jnp.float64 if (lm.dtype == jnp.float64 and jax.config.jax_enable_x64) else jnp.float32
+    dtype = _F64 if (lm.dtype == _F64 and jax.config.jax_enable_x64) else _F32
     traced = _is_traced(lm, weights, q0a)
     xp = jnp if traced else np  # numpy inputs go straight into the jitted call
     lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
-    cfg = _traced_config(config, np.dtype(dtype))
-    if traced or not _top_level() or _is_traced(*jax.tree_util.tree_leaves(hand)):
+    hit = _PARAMS.get((id(hand), dtype))  # a cached model is a concrete one
+    if traced or not _top_level() or (
+            (hit is None or hit[0] is not hand) and _is_traced(*jax.tree_util.tree_leaves(hand))):
         # inside a trace: nothing cached on the device (it would be captured as a constant)
-        return _solve_shaped(hand, lm, weights, q0a, config._static(), cfg, warm)
-    params = _params_of(hand, np.dtype(dtype))
-    rows = split_over_devices(int(np.prod(lm.shape[:-2])))
+        return _solve_shaped(hand, lm, weights, q0a, config._static(), _traced_config(config, dtype), warm)
+    params = hit[1] if hit is not None and hit[0] is hand else _params_of(hand, dtype)
+    batch = lm.shape[:-2]
+    rows = split_over_devices(math.prod(batch)) if batch else None
     if rows is not None:
         weights, q0a = _defaults(hand, lm, weights, q0a, np)
-        return _solve_split(hand, lm, weights, q0a, config._static(), cfg, rows, warm, params)
-    return _solve_shaped(hand, lm, weights, q0a, config._static(), _device_config(config, np.dtype(dtype)),
-                         warm, params)
+        return _solve_split(hand, lm, weights, q0a, config._static(), _traced_config(config, dtype), rows, warm,
+                            params)
+    return _solve_shaped(hand, lm, weights, q0a, config._static(), _device_config(config, dtype), warm, params)
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)  # numpy dtypes: cheap to hash as cache keys
 
 
 _PARAMS: dict = {}  # (id(hand), dtype) -> (hand, its _Params): the last few concrete models
