@@ -235,7 +235,8 @@ def _page(hand, tmp_path, q=None, hash_: str = "", **kw) -> _Dom:
 
 
 def _link_frames(hand, q):
-    """``forward_kinematics`` run op by op: compiling it in float64 takes ~10-25 s on a 2-core CPU."""
+    """``forward_kinematics`` run op by op: ~0.1 s a call once warm, against ~2.5 s to compile each
+    input shape in float64 on a 2-core CPU."""
     with jax.disable_jit():
         return wj.forward_kinematics(hand, q)
 

@@ -5,9 +5,8 @@ leading batch shape (none included), is jit-compiled, and is differentiable in `
 model's array leaves. The result dtype follows ``q`` (float32 or float64); the model's leaves are cast
 to it.
 
-:func:`forward_kinematics` evaluates the chain component-wise: every rotation entry and coordinate
-is its own ``(*batch,)`` array, so XLA fuses the tree into vectorised loops over the batch instead of
-many tiny 3×3 matrix products. :func:`forward_keypoints`, the hot path, uses a Horner form per
+:func:`forward_kinematics` walks the tree with one fused 3×3 product per link and joint.
+:func:`forward_keypoints`, the hot path, uses a Horner form per
 keypoint, ``p = t₁ + R₁(t₂ + R₂(… + R_{k−1} t_k))``, evaluated in each joint's axis frame on
 batch-minor arrays, in cache-sized chunks, with matrix products doing the layout changes (see the
 comment above :func:`_sincos32`); in float32 its sines and cosines come from a polynomial accurate to
@@ -56,24 +55,8 @@ def _check_q(hand: HandModel, q) -> jax.Array:
     return q
 
 
-def _matmul(a: _Mat, b: _Mat) -> _Mat:
-    return [[a[i][0] * b[0][j] + a[i][1] * b[1][j] + a[i][2] * b[2][j] for j in range(3)] for i in range(3)]
-
-
 def _matvec(a: _Mat, v: _Vec) -> _Vec:
     return [a[i][0] * v[0] + a[i][1] * v[1] + a[i][2] * v[2] for i in range(3)]
-
-
-def _rodrigues(axis: _Vec, theta: jax.Array) -> _Mat:
-    """Rotation by ``theta`` about unit ``axis``: ``c I + s [a]× + (1 − c) a aᵀ``."""
-    c, s = jnp.cos(theta), jnp.sin(theta)
-    t = 1.0 - c
-    x, y, z = axis
-    return [
-        [c + x * x * t, x * y * t - z * s, x * z * t + y * s],
-        [y * x * t + z * s, c + y * y * t, y * z * t - x * s],
-        [z * x * t - y * s, z * y * t + x * s, c + z * z * t],
-    ]
 
 
 def _coupled_rows(hand: HandModel, qT: jax.Array) -> list[jax.Array]:
@@ -94,42 +77,41 @@ def _link_angles(hand: HandModel, qT: jax.Array) -> list:
     return angles
 
 
-def _chain(hand: HandModel, qT: jax.Array) -> tuple[list, list]:
-    """Component-wise FK over the tree. Returns per-link rotation (``_Mat``) and position (``_Vec``)."""
-    dtype = qT.dtype
+def _mm3(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a @ b`` for ``(..., 3, 3)`` stacks, as products and a 3-term sum (XLA fuses it; a batched
+    ``dot`` of 3×3 blocks is slower to compile and to run on the CPU)."""
+    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+
+
+def _rodrigues_mat(axis: jax.Array, theta: jax.Array) -> jax.Array:
+    """``(*batch, 3, 3)`` rotations by ``theta (*batch,)`` about ``axis (3,)``:
+    ``c I + s [a]× + (1 − c) a aᵀ`` (for a unit axis, Rodrigues' formula; used as is for any axis)."""
+    x, y, z = axis[0], axis[1], axis[2]
+    zero = jnp.zeros_like(x)
+    cross = jnp.stack([jnp.stack([zero, -z, y]), jnp.stack([z, zero, -x]), jnp.stack([-y, x, zero])])
+    c, s = jnp.cos(theta)[..., None, None], jnp.sin(theta)[..., None, None]
+    return c * jnp.eye(3, dtype=theta.dtype) + s * cross + (1.0 - c) * (axis[:, None] * axis[None, :])
+
+
+def _frames(hand: HandModel, q: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Rotations ``(*batch, L, 3, 3)`` and positions ``(*batch, L, 3)`` of every link from ``q (*batch, n)``,
+    one 3×3 product per link and joint (a few hundred array ops: compiles in about a second, where the
+    same tree written entry by entry took 10–30 s)."""
+    dtype = q.dtype
     hand = hand.astype(dtype)
-    angles = _link_angles(hand, qT)
-    zero = jnp.zeros(qT.shape[1:], dtype)
-    one = jnp.ones(qT.shape[1:], dtype)
-    eye = [[one if i == j else zero for j in range(3)] for i in range(3)]
-    rots: list = [eye]
-    poss: list = [[zero, zero, zero]]
+    batch = q.shape[:-1]
+    angles = _link_angles(hand, jnp.moveaxis(q, -1, 0))
+    rots = [jnp.broadcast_to(jnp.eye(3, dtype=dtype), batch + (3, 3))]
+    poss = [jnp.zeros(batch + (3,), dtype)]
     for i in range(1, hand.num_links):
         par = hand.parents[i]
-        rp, pp = rots[par], poss[par]
-        t = hand.origin_xyz[i]
-        p = [pp[k] + d for k, d in enumerate(_matvec(rp, [t[0], t[1], t[2]]))]
-        poss.append(p)
-        o = hand.origin_rot[i]
-        r = _matmul(rp, [[o[a, b] for b in range(3)] for a in range(3)])
+        rp = rots[par]
+        poss.append(poss[par] + jnp.sum(rp * hand.origin_xyz[i], axis=-1))
+        r = _mm3(rp, hand.origin_rot[i])
         if angles[i] is not None:
-            ax = hand.axis[i]
-            r = _matmul(r, _rodrigues([ax[0], ax[1], ax[2]], angles[i]))
+            r = _mm3(r, _rodrigues_mat(hand.axis[i], angles[i]))
         rots.append(r)
-    return rots, poss
-
-
-def _stack_vec(vs: list, batch_shape) -> jax.Array:
-    """List of 3-vectors of ``(*batch,)`` arrays → ``(*batch, len, 3)``.
-
-    The barrier makes XLA compute all components in one multi-output loop before the (cheap) stack
-    and transpose; fused into the concatenation instead, XLA:CPU recomputes the shared chain for
-    every output and runs up to 50× slower.
-    """
-    flat = [jnp.broadcast_to(c, batch_shape) for v in vs for c in v]
-    flat = jax.lax.optimization_barrier(flat)
-    arr = jnp.stack(flat, -1)
-    return arr.reshape(batch_shape + (len(vs), 3))
+    return jnp.stack(rots, -3), jnp.stack(poss, -2)
 
 
 @jax.jit
@@ -143,15 +125,7 @@ def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
     Returns:
         :class:`LinkFrames` with ``rotations (*batch, L, 3, 3)`` and ``positions (*batch, L, 3)`` (metres).
     """
-    q = _check_q(hand, q)
-    qT = jnp.moveaxis(q, -1, 0)
-    batch = q.shape[:-1]
-    rots, poss = _chain(hand, qT)
-    positions = _stack_vec(poss, batch)
-    rot = jnp.stack(
-        [jnp.stack([jnp.stack([jnp.broadcast_to(r[i][j], batch) for j in range(3)], 0) for i in range(3)], 0)
-         for r in rots], 0)
-    rotations = jnp.moveaxis(rot, (0, 1, 2), (-3, -2, -1))
+    rotations, positions = _frames(hand, _check_q(hand, q))
     return LinkFrames(rotations=rotations, positions=positions)
 
 
@@ -205,7 +179,7 @@ def _keypoints_T(hand: HandModel, qT: jax.Array) -> list:
 # Horner chain over the moving joints on its path, evaluated in each joint's *axis frame*: with
 # ``Q = [e1 e2 â]`` a rotation taking z to the joint axis ``a`` (``|a| = ρ``), the Rodrigues matrix
 # is ``Rot(a, θ) = Q·D(θ)·Qᵀ`` with ``D = [[c, −ρs, 0], [ρs, c, 0], [0, 0, ρ² + (1 − ρ²)c]]``:
-# exactly the formula :func:`_rodrigues` uses, non-unit axes included. A chain step is then
+# exactly the formula :func:`_rodrigues_mat` uses, non-unit axes included. A chain step is then
 # ``x ← τ + G·D(θ)·x`` (4 products for the rotation, 9 for the affine map), and the per-step 3×3
 # matrices ``G`` and offsets ``τ`` (joint origins, origin rotations and the ``Q``'s of consecutive
 # joints, composed once per call from the model's leaves, so everything stays differentiable) carry

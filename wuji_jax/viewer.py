@@ -276,7 +276,7 @@ function matmul(a, b) {
 function matvec(a, v) {
   return [0, 1, 2].map((i) => a[i][0] * v[0] + a[i][1] * v[1] + a[i][2] * v[2]);
 }
-function rodrigues(ax, th) {  // c I + s [a]x + (1 - c) a a^T, as wuji_jax.kinematics._rodrigues
+function rodrigues(ax, th) {  // c I + s [a]x + (1 - c) a a^T, as wuji_jax.kinematics._rodrigues_mat
   const c = Math.cos(th), s = Math.sin(th), t = 1 - c, x = ax[0], y = ax[1], z = ax[2];
   return [[c + x * x * t, x * y * t - z * s, x * z * t + y * s],
           [y * x * t + z * s, c + y * y * t, y * z * t - x * s],
