@@ -93,10 +93,20 @@ def _rodrigues_mat(axis: jax.Array, theta: jax.Array) -> jax.Array:
     return c * jnp.eye(3, dtype=theta.dtype) + s * cross + (1.0 - c) * (axis[:, None] * axis[None, :])
 
 
-def _frames(hand: HandModel, q: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Rotations ``(*batch, L, 3, 3)`` and positions ``(*batch, L, 3)`` of every link from ``q (*batch, n)``,
-    one 3×3 product per link and joint (a few hundred array ops: compiles in about a second, where the
-    same tree written entry by entry took 10–30 s)."""
+@jax.jit
+def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
+    """All link frames in the wrist (root) frame.
+
+    Args:
+        hand: the model.
+        q: ``(*batch, n)`` active joint angles, radians.
+
+    Returns:
+        :class:`LinkFrames` with ``rotations (*batch, L, 3, 3)`` and ``positions (*batch, L, 3)`` (metres).
+    """
+    # one 3×3 product per link and joint: a few hundred array ops, compiled in about a second (the
+    # same tree written entry by entry took 10–30 s)
+    q = _check_q(hand, q)
     dtype = q.dtype
     hand = hand.astype(dtype)
     batch = q.shape[:-1]
@@ -111,22 +121,7 @@ def _frames(hand: HandModel, q: jax.Array) -> tuple[jax.Array, jax.Array]:
         if angles[i] is not None:
             r = _mm3(r, _rodrigues_mat(hand.axis[i], angles[i]))
         rots.append(r)
-    return jnp.stack(rots, -3), jnp.stack(poss, -2)
-
-
-@jax.jit
-def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
-    """All link frames in the wrist (root) frame.
-
-    Args:
-        hand: the model.
-        q: ``(*batch, n)`` active joint angles, radians.
-
-    Returns:
-        :class:`LinkFrames` with ``rotations (*batch, L, 3, 3)`` and ``positions (*batch, L, 3)`` (metres).
-    """
-    rotations, positions = _frames(hand, _check_q(hand, q))
-    return LinkFrames(rotations=rotations, positions=positions)
+    return LinkFrames(rotations=jnp.stack(rots, -3), positions=jnp.stack(poss, -2))
 
 
 def _rotate(axis: _Vec, s, c, v: _Vec) -> _Vec:

@@ -90,13 +90,17 @@ def unit_problem(landmarks) -> str | None:
     10^7 frames), so single bad frames are left to the solver's flags.
     """
     lm = _np.asarray(landmarks).reshape(-1, 21, 3)
-    if lm.shape[0] == 1:  # one frame (live use): the metres test in four numpy calls, ~5 µs
-        hi, lo = lm[0].max(0).tolist(), lm[0].min(0).tolist()
-        e = math.sqrt(sum((h - l) ** 2 for h, l in zip(hi, lo)))  # NaN where a landmark is missing
-        if 0.05 <= e <= 0.40 and not min(lo[:2]) > 0.005:
-            return None
     if lm.shape[0] > _UNIT_SAMPLE:
         lm = lm[_np.linspace(0, lm.shape[0] - 1, _UNIT_SAMPLE).astype(_np.int64)]
+    # the common case first, in a few numpy calls: every landmark finite, hand-sized in metres
+    if not lm.shape[0]:
+        return None
+    lo = lm.min(1)
+    d = lm.max(1) - lo  # NaN in frames with a missing landmark: then the full test below
+    ext = _np.sqrt((d * d).sum(-1))
+    e = float(ext[0]) if ext.size == 1 else float(_np.median(ext))
+    if 0.05 <= e <= 0.40 and float(lo[:, :2].min()) <= 0.005:  # not normalised image coordinates
+        return None
     lm = lm.astype(_np.float64)
     ext = hand_extent(lm)
     ok = _np.isfinite(ext) & (ext > 0)

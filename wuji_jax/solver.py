@@ -1228,14 +1228,11 @@ def _solve_checked(hand: HandModel, lm, weights, q0a, config: SolverConfig, warm
     traced = _is_traced(lm, weights, q0a)
     xp = jnp if traced else np  # numpy inputs go straight into the jitted call
     lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
-    hit = _PARAMS.get((id(hand), dtype))  # a cached model is a concrete one
-    if traced or not _top_level() or (
-            (hit is None or hit[0] is not hand) and _is_traced(*jax.tree_util.tree_leaves(hand))):
+    params = None if traced or not _top_level() else _params_of(hand, dtype)
+    if params is None:
         # inside a trace: nothing cached on the device (it would be captured as a constant)
         return _solve_shaped(hand, lm, weights, q0a, config._static(), _traced_config(config, dtype), warm)
-    params = hit[1] if hit is not None and hit[0] is hand else _params_of(hand, dtype)
-    batch = lm.shape[:-2]
-    rows = split_over_devices(math.prod(batch)) if batch else None
+    rows = split_over_devices(math.prod(lm.shape[:-2]))
     if rows is not None:
         weights, q0a = _defaults(hand, lm, weights, q0a, np)
         return _solve_split(hand, lm, weights, q0a, config._static(), _traced_config(config, dtype), rows, warm,
@@ -1249,14 +1246,17 @@ _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)  # numpy dtypes: cheap t
 _PARAMS: dict = {}  # (id(hand), dtype) -> (hand, its _Params): the last few concrete models
 
 
-def _params_of(hand: HandModel, dtype) -> _Params:
+def _params_of(hand: HandModel, dtype) -> _Params | None:
     """The :class:`_Params` of a concrete model, made once per model object and kept for the next
     calls (made inside the kernel, they cost ~20 gathers and products per call, and their
-    ``(G, D, 3, 3)`` arrays would keep the single-frame kernel off XLA:CPU's sequential path)."""
+    ``(G, D, 3, 3)`` arrays would keep the single-frame kernel off XLA:CPU's sequential path);
+    ``None`` for a model with traced leaves (the kernel makes its params then)."""
     key = (id(hand), dtype)
     hit = _PARAMS.get(key)
-    if hit is not None and hit[0] is hand:
+    if hit is not None and hit[0] is hand:  # a cached model is a concrete one: no scan of its leaves
         return hit[1]
+    if _is_traced(*jax.tree_util.tree_leaves(hand)):
+        return None
     # the chains' links (all _Params depends on) are the same under either coupling
     params = _chain_params(hand.astype(jnp.dtype(dtype)), _chains(hand, soft=False), dtype)
     if len(_PARAMS) >= 16:
