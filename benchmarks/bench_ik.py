@@ -228,12 +228,19 @@ def main(argv=None) -> dict:
     first = first_call(public, frame)
     t_pub = time_fn(public, frame, repeats=args.latency_calls, warmup=3)
     t_jit = time_fn(default, hand, jnp.asarray(frame[None]), repeats=args.latency_calls, warmup=3)
+    streamer = wj.FrameSolver(hand)  # the same fit, one frame at a time, numpy results
+    first_stream = first_call(streamer, frame)
+    t_stream = time_fn(streamer, frame, repeats=args.latency_calls, warmup=3)
     latency = dict(calls=args.latency_calls, public_first_call_s=first, public_median_ms=t_pub.median * 1e3,
                    public_min_ms=t_pub.min * 1e3, public_p90_ms=float(np.percentile(t_pub.times, 90) * 1e3),
                    jit_median_ms=t_jit.median * 1e3, jit_min_ms=t_jit.min * 1e3,
-                   jit_p90_ms=float(np.percentile(t_jit.times, 90) * 1e3))
-    print(f"one frame: first call {first:.2f} s, warm median {latency['public_median_ms']:.3f} ms "
-          f"(jitted {latency['jit_median_ms']:.3f} ms)", flush=True)
+                   jit_p90_ms=float(np.percentile(t_jit.times, 90) * 1e3),
+                   frame_solver_first_call_s=first_stream, frame_solver_median_ms=t_stream.median * 1e3,
+                   frame_solver_min_ms=t_stream.min * 1e3,
+                   frame_solver_p90_ms=float(np.percentile(t_stream.times, 90) * 1e3))
+    print(f"one frame: wj.solve first call {first:.2f} s, warm median {latency['public_median_ms']:.3f} ms "
+          f"(jitted {latency['jit_median_ms']:.3f} ms); wj.FrameSolver warm median "
+          f"{latency['frame_solver_median_ms']:.3f} ms (p90 {latency['frame_solver_p90_ms']:.3f} ms)", flush=True)
 
     sweep_rec = load_recording(real[-1]) if real else None  # dex-retargeting's recording where present
     print(f"{'iters':>5} {'median ° (0 mm)':>15} {'p99 ° (0 mm)':>13} {'p99 ° (1 mm)':>13} {'converged':>9} "
@@ -288,6 +295,8 @@ def main(argv=None) -> dict:
                "speed_one_device: the same on one device), 1 mm noisy "
                "synthetic frames tiled to the batch; first_call_s = trace + compile + first run for that shape; "
                "latency.public_* = wj.solve(hand, frame) with a numpy (21, 3) frame (input checks, transfers); "
+               "latency.frame_solver_* = wj.FrameSolver(hand)(frame), the same fit with numpy results (input "
+               "checks included); "
                "compile_s = latency.public_first_call_s - latency.public_median_ms; iterations[].first_call_s includes "
                "compilation except for the default iterations when the speed table already compiled batch 1024; joint errors over all 20 "
                "angles of every frame; precision: the noise-free set at batch 1024, float32 in this process, "

@@ -7,6 +7,7 @@ The map of the library (everything below is public; modules starting with ``_`` 
 * landmarks:  MediaPipe names/indices, ``check_landmarks``, ``detect_side``
 * solver:     ``solve``, ``solve_optax``, ``landmark_loss``, ``SolverConfig``, ``IKResult``
 * sequence / calibration: ``solve_sequence``, ``calibrate``
+* realtime:   ``FrameSolver``: one frame at a time with the least overhead (live streams; numpy out)
 * inspire:    ``wj.inspire.to_inspire`` and ROS-shaped payloads (seed 003)
 * poses:      ``named_pose``, ``POSES``
 * io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``)
@@ -43,6 +44,7 @@ from .solver import pose_from_palm as pose_from_palm
 from .solver import solve as solve
 from .solver import solve_optax as solve_optax
 from .sequence import solve_sequence as solve_sequence
+from .realtime import FrameSolver as FrameSolver
 
 __version__ = "0.1.0"
 

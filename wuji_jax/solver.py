@@ -368,11 +368,13 @@ def _add(xs):
     return acc
 
 
-def _cross(a, b):
-    """Cross product over axis −2 of (..., 3, B) arrays."""
+def _cross(a, b, sum_over=()):
+    """Cross product over axis −2 of (..., 3, B) arrays; summed over the leading axes ``sum_over``
+    before its components are stacked (at batch 1 each stacked product is a kernel of its own)."""
     a0, a1, a2 = a[..., 0, :], a[..., 1, :], a[..., 2, :]
     b0, b1, b2 = b[..., 0, :], b[..., 1, :], b[..., 2, :]
-    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-2)
+    parts = [a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0]
+    return jnp.stack([_sum(p, sum_over) if sum_over else p for p in parts], axis=-2)
 
 
 def _sincos(x):
@@ -495,6 +497,23 @@ class _Params(NamedTuple):
     Oa = property(lambda self: tuple(f[:, 5] for f in self.frame))
     C1 = property(lambda self: tuple(t[:, 0] for t in self.turn))
     C2 = property(lambda self: tuple(t[:, 1] for t in self.turn))
+
+    def links(self) -> "_Links":
+        """The per-depth constants sliced out once (before the LM loop: sliced inside it, each slice
+        was a kernel of its own in every iteration at batch 1)."""
+        return _Links(self.O, self.xyz, self.ax, self.Oa, self.C1, self.C2, self.rest)
+
+
+class _Links(NamedTuple):
+    """:class:`_Params` with its per-depth constants as separate arrays (same attribute names)."""
+
+    O: tuple
+    xyz: tuple
+    ax: tuple
+    Oa: tuple
+    C1: tuple
+    C2: tuple
+    rest: jax.Array
 
 
 def _chain_params(hand: HandModel, ch: _Chains, dtype) -> _Params:
@@ -865,6 +884,7 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
     npose = 7 if estimate_scale else 6
     if params is None:
         params = _chain_params(hand, ch, dtype)
+    params = params.links()
     kid = np.where(ch.kp_id >= 0, ch.kp_id, 0)
     kmask = jnp.asarray((ch.kp_id >= 0).astype(np.float64), dtype)[..., None]  # (G, K, 1)
     yg = y[kid]  # (G, K, 3, B)
@@ -926,7 +946,7 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
                          jnp.stack([-Cts[1], Cts[0], zero])])  # Σ w [u]×
         wsum = _sum(ww, (0, 1)) + _sum(w0, 0)
         Ctt = wsum * eye3
-        gphi = _add([ww[g, k] * _cross(u[g, k], e[g, k]) for g, k in GK])
+        gphi = _cross(u, ww[:, :, None] * e, sum_over=(0, 1))
         gt = _add([ww[g, k] * e[g, k] for g, k in GK]) + _add([w0[i] * e0[i] for i in range(len(roots))])
         top = jnp.concatenate([Cpp, Cpt], 1)
         mid = jnp.concatenate([jnp.swapaxes(Cpt, 0, 1), Ctt], 1)
@@ -946,7 +966,7 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
         ga = jnp.stack([_sum(wJv * e, (1, 2)) for wJv in wJ], 1)  # (G, V, B)
         Bm = []  # V × (G, npose, B): d (pose gradient) / d variable
         for v in range(V):
-            Bphi = _add([ww[:, k, None] * _cross(u[:, k], J[v][:, k]) for k in range(K)])  # (G, 3, B)
+            Bphi = _cross(u, wJ[v], sum_over=1)  # (G, 3, B)
             Bt = _sum(wJ[v], 1)  # (G, 3, B)
             parts = [Bphi, Bt] + ([_sum(wJ[v] * u, (1, 2))[:, None]] if estimate_scale else [])
             Bm.append(jnp.concatenate(parts, 1))

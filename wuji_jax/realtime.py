@@ -1,0 +1,146 @@
+"""Live streams: one frame at a time, with the least overhead per call (camera → robot hand).
+
+:func:`wuji_jax.solve` takes any batch, under any JAX transformation, and returns JAX arrays. For one
+frame that generality is most of the cost: the model, its link constants and the solver's weights
+travel as ~30 arrays per call, and the twelve results come back as twelve device arrays (each ~3 µs
+to make, wait for and free). :class:`FrameSolver` compiles one model and config into the kernel
+once, and returns the results as one host buffer, split into numpy views.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .model import HandModel
+from .solver import (
+    _DEFAULT_CONFIG,
+    IKResult,
+    SolverConfig,
+    _is_traced,
+    _neutral_np,
+    _params_of,
+    _solve_rows,
+    _traced_config,
+    _validate,
+)
+
+__all__ = ["FrameSolver"]
+
+_FIELDS = IKResult._fields
+
+
+class FrameSolver:
+    """:func:`wuji_jax.solve` for one frame at a time, with the least overhead per call.
+
+    Made once per model and config (``FrameSolver(hand)``), then called on each frame as it arrives
+    (``solver(landmarks)``): for live streams, such as a camera driving a robot hand. The model's
+    constants are compiled into the kernel, and the results come back as one host buffer.
+
+    The fit is the one :func:`~wuji_jax.solve` computes (the same kernel and config): an
+    :class:`~wuji_jax.IKResult` whose fields are **numpy arrays** without a batch axis
+    (``angles (20,)``, ``keypoints (21, 3)``, ``residual ()`` …). The same input checks apply:
+    a ``ValueError`` names the problem.
+
+    Use :func:`~wuji_jax.solve` for batches, for JAX arrays, under ``jax.jit``/``grad``, and for
+    ``side="auto"``. Each of the (at most four) variants compiles on first use: with or without
+    ``weights``, with or without ``q0``.
+
+    Args:
+        hand: the model; its leaves are read once (a changed model needs a new solver).
+        config: :class:`~wuji_jax.SolverConfig`; keyword ``overrides`` replace its fields.
+        dtype: ``numpy.float32`` (default) or ``numpy.float64`` (needs ``jax_enable_x64``).
+
+    Example::
+
+        solver = wj.FrameSolver(wj.load_hand("right"))
+        for landmarks in stream:                  # (21, 3) metres, one frame at a time
+            res = solver(landmarks)               # res.angles: numpy (20,), radians
+            command = wj.inspire.to_inspire(res.angles)
+    """
+
+    def __init__(self, hand: HandModel, config: SolverConfig | None = None, *, dtype=np.float32, **overrides):
+        config = config or _DEFAULT_CONFIG
+        if overrides:
+            config = dataclasses.replace(config, **overrides)
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64; got {dtype}")
+        if dtype == np.float64 and not jax.config.jax_enable_x64:
+            raise ValueError("dtype float64 needs jax.config.update('jax_enable_x64', True) first")
+        if _is_traced(*jax.tree_util.tree_leaves(hand)):
+            raise ValueError("FrameSolver needs a concrete model; inside jax.jit use wj.solve")
+        self.hand, self.config, self.dtype = hand, config, dtype
+        # numpy copies: compiled into the kernel as constants (each ≤ 512 bytes as the kernel needs,
+        # see solver._Params)
+        to_np = lambda t: jax.tree_util.tree_map(np.asarray, t)  # noqa: E731
+        self._consts = (to_np(hand.astype(jnp.dtype(dtype))), to_np(_params_of(hand, dtype)),
+                        _traced_config(config, dtype))
+        self._q_neutral = _neutral_np(hand).astype(dtype)
+        self._kernels = {}
+        self._layout = None  # [(field, shape, dtype, start, stop)] of the packed result
+
+    def __repr__(self):
+        return f"FrameSolver({self.hand.name!r}, {self.config!r}, dtype={self.dtype.name})"
+
+    def __call__(self, landmarks, weights=None, *, q0=None, check_units: bool = True) -> IKResult:
+        """Fit one frame.
+
+        Args:
+            landmarks: ``(21, 3)`` metres, in any frame; NaN marks a missing landmark.
+            weights: ``(21,)`` per-landmark confidence ≥ 0; default all ones.
+            q0: ``(20,)`` starting angles, e.g. the previous frame's ``angles`` (a warm start, kept
+                where it fits better than the closed-form start); default the neutral pose.
+            check_units: raise if the hand looks like pixels, normalised coordinates or millimetres.
+
+        Returns:
+            :class:`~wuji_jax.IKResult` of numpy arrays (no batch axis).
+        """
+        if _is_traced(landmarks, weights, q0):
+            raise ValueError("FrameSolver is eager (numpy results); inside jax.jit/grad use wj.solve")
+        shape = np.shape(landmarks)
+        if len(shape) != 2:
+            raise ValueError(f"FrameSolver solves one frame of shape (21, 3); got shape {shape}"
+                             + (" (a batch: use wj.solve)" if len(shape) > 2 else ""))
+        lm, weights, q0a = _validate(self.hand, landmarks, weights, q0, check_units)
+        args = [np.asarray(lm, self.dtype)]
+        if weights is not None:
+            args.append(np.asarray(weights, self.dtype))
+        if q0a is not None:
+            args.append(np.asarray(q0a, self.dtype))
+        key = (weights is not None, q0a is not None)
+        kernel = self._kernels.get(key) or self._compile(*key)
+        flat = np.asarray(kernel(*args))
+        return IKResult(*[flat[a:b].reshape(shape).astype(dt, copy=False) for _, shape, dt, a, b in self._layout])
+
+    def _compile(self, has_weights: bool, has_q0: bool):
+        hand, params, cfg = self._consts
+        static, dtype, q_neutral = self.config._static(), self.dtype, self._q_neutral
+
+        def pieces(lm, *rest):
+            rest = list(rest)
+            w = rest.pop(0) if has_weights else jnp.ones(21, dtype)
+            q0 = rest.pop(0) if has_q0 else jnp.asarray(q_neutral)
+            out = _solve_rows(hand, lm[None], w[None], q0[None], static, cfg, warm=has_q0, params=params)
+            return {f: v[0] for f, v in out.items()}
+
+        def kernel(*args):  # one buffer out: each output of a compiled call costs ~3 µs on the host
+            out = pieces(*args)
+            return jnp.concatenate([jnp.ravel(out[f]).astype(dtype) for f in _FIELDS])
+
+        if self._layout is None:
+            specs = [jax.ShapeDtypeStruct((21, 3), dtype)] + [jax.ShapeDtypeStruct((21,), dtype)] * has_weights \
+                + [jax.ShapeDtypeStruct(q_neutral.shape, dtype)] * has_q0
+            shapes = jax.eval_shape(pieces, *specs)
+            layout, at = [], 0
+            for f in _FIELDS:
+                s = shapes[f]
+                size = int(np.prod(s.shape))
+                layout.append((f, s.shape, np.dtype(s.dtype), at, at + size))
+                at += size
+            self._layout = layout
+        self._kernels[(has_weights, has_q0)] = jax.jit(kernel)
+        return self._kernels[(has_weights, has_q0)]
