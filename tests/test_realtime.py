@@ -57,8 +57,6 @@ def test_weights_nan_and_warm_start(right, solver):
     unseen = {right.joint_index("index_finger_dip"), right.joint_index("middle_finger_dip")}  # their tips
     others = [j for j in range(20) if j not in unseen]
     assert np.degrees(np.abs(res.angles[others] - q[0, others])).max() < 0.5
-    ref = wj.solve(right, holed, w)
-    np.testing.assert_allclose(res.angles, np.asarray(ref.angles), atol=1e-5)
     # warm start from the previous frame's angles: the same as wj.solve with that q0
     res2 = solver(frame, q0=res.angles)
     ref2 = wj.solve(right, frame, q0=res.angles)

@@ -81,7 +81,7 @@ class FrameSolver:
                         _traced_config(config, dtype))
         self._q_neutral = _neutral_np(hand).astype(dtype)
         self._kernels = {}
-        self._layout = None  # [(field, shape, dtype, start, stop)] of the packed result
+        self._layout = None  # where each IKResult field lies in the kernel's one output
 
     def __repr__(self):
         return f"FrameSolver({self.hand.name!r}, {self.config!r}, dtype={self.dtype.name})"
@@ -114,7 +114,8 @@ class FrameSolver:
         key = (weights is not None, q0a is not None)
         kernel = self._kernels.get(key) or self._compile(*key)
         flat = np.asarray(kernel(*args))
-        return IKResult(*[flat[a:b].reshape(shape).astype(dt, copy=False) for _, shape, dt, a, b in self._layout])
+        return IKResult(*[flat[s].reshape(shape) if dt is None else flat[s].astype(dt).reshape(shape)
+                          for s, shape, dt in self._layout])
 
     def _compile(self, has_weights: bool, has_q0: bool):
         hand, params, cfg = self._consts
@@ -135,11 +136,11 @@ class FrameSolver:
             specs = [jax.ShapeDtypeStruct((21, 3), dtype)] + [jax.ShapeDtypeStruct((21,), dtype)] * has_weights \
                 + [jax.ShapeDtypeStruct(q_neutral.shape, dtype)] * has_q0
             shapes = jax.eval_shape(pieces, *specs)
-            layout, at = [], 0
+            layout, at = [], 0  # per field: its slice of the buffer, shape, dtype if not the buffer's
             for f in _FIELDS:
                 s = shapes[f]
                 size = int(np.prod(s.shape))
-                layout.append((f, s.shape, np.dtype(s.dtype), at, at + size))
+                layout.append((slice(at, at + size), s.shape, None if s.dtype == dtype else np.dtype(s.dtype)))
                 at += size
             self._layout = layout
         self._kernels[(has_weights, has_q0)] = jax.jit(kernel)

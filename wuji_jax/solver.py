@@ -1188,6 +1188,9 @@ def solve(
     Raises:
         ValueError: wrong shape, no finite landmark at all, or implausible units (message says what
             was found and what to pass instead).
+
+    For a live stream, one frame at a time, :class:`~wuji_jax.FrameSolver` computes the same fit with
+    less overhead per call (numpy results).
     """
     config = config or _DEFAULT_CONFIG
     if overrides:
