@@ -46,22 +46,23 @@ def test_same_fit_as_solve_field_by_field(right, solver):
 def test_weights_nan_and_warm_start(right, solver):
     q, y, *_ = synthetic(2, seed=22)
     frame = y[0].astype(np.float32)
-    # a masked landmark (NaN) and a zero weight: the rest still fits exactly; the masked errors are 0
+    # a masked landmark (NaN), a zero weight and a warm start (q0) in one call: the rest still fits
+    # exactly; the masked errors are 0, and the joints they hide keep q0 (their bones' ends unseen)
     holed = frame.copy()
     holed[8] = np.nan
     w = np.ones(21, np.float32)
     w[12] = 0.0
-    res = solver(holed, w)
+    q0 = np.clip(q[0] + 0.05, LOWER, UPPER).astype(np.float32)
+    res = solver(holed, w, q0=q0)
     assert np.all(np.isfinite(res.angles)) and bool(res.valid)
     assert res.errors[8] == 0 and res.errors[12] == 0 and res.residual < 5e-5
-    unseen = {right.joint_index("index_finger_dip"), right.joint_index("middle_finger_dip")}  # their tips
+    unseen = [right.joint_index("index_finger_dip"), right.joint_index("middle_finger_dip")]
     others = [j for j in range(20) if j not in unseen]
     assert np.degrees(np.abs(res.angles[others] - q[0, others])).max() < 0.5
-    # warm start from the previous frame's angles: the same as wj.solve with that q0
-    res2 = solver(frame, q0=res.angles)
-    ref2 = wj.solve(right, frame, q0=res.angles)
-    np.testing.assert_allclose(res2.angles, np.asarray(ref2.angles), atol=1e-5)
-    assert np.degrees(np.abs(res2.angles - q[0])).max() < 0.5
+    np.testing.assert_allclose(res.angles[unseen], q0[unseen], atol=0.02)  # only the weak prior moves them
+    # the same as wj.solve with the same inputs
+    ref = wj.solve(right, holed, w, q0=q0)
+    np.testing.assert_allclose(res.angles, np.asarray(ref.angles), atol=1e-5)
 
 
 def test_limits_and_degenerate_frames(solver):

@@ -904,12 +904,16 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
 
     delta = cfg["huber_delta"] / _REF
 
-    def cost_fn(q, rot, R, t, logs):  # the objective; the LM step computes it by the same ops
-        ang = _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q))
-        kp, _ = _fk(hand, ch, params, ang, want_jac=False)
+    def fk(q, rot, want_jac):  # the chains' keypoints (and per-depth Jacobians) at (q, rot)
+        return _fk(hand, ch, params, _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q)), want_jac)
+
+    def cost_at(kp, q, rot, R, t, logs):  # the objective, given the chains' keypoints kp at (q, rot)
         _, e, e0 = _residuals(kp, R, t, logs, yg, y[roots])
         data, _, _ = _data_cost(e, e0, wg, w[roots], delta)
         return data + _penalty(hand, q, rot if soft else None, soft, cfg, q_prior)
+
+    def cost_fn(q, rot, R, t, logs):
+        return cost_at(fk(q, rot, False)[0], q, rot, R, t, logs)
 
     # start from the closed-form angles
     qa = _analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
@@ -924,14 +928,14 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
     is_pad = jnp.asarray((ch.var >= n + M).astype(np.float64), dtype)[..., None]
 
     def step(_, carry):
-        (q, rot, R, t, logs), lam, n_acc, conv = carry
+        # the state comes with its keypoints, Jacobians and cost: each step evaluates its trial point
+        # with the Jacobian, which the next step uses where the trial is accepted (one forward pass
+        # per step instead of two: 4-7 % more frames/s at batch 1024-4096 on one device)
+        (q, rot, R, t, logs), (kp, Jd), cost, lam, n_acc, conv = carry
         s = jnp.exp(logs)
-        ang = _link_angles_ch(hand, ch, q, rot if soft else _coupled(hand, q))
-        kp, Jd = _fk(hand, ch, params, ang, want_jac=True)
         J = [Jv * (s / _REF) for Jv in _jac_vars(hand, ch, q, Jd, soft)]  # V × (G, K, 3, B)
         u, e, e0 = _residuals(kp, R, t, logs, yg, y[roots])  # wrist (root) keypoints: u = 0, pose (δt) only
-        data, hw, hw0 = _data_cost(e, e0, wg, w[roots], delta)
-        cost = data + _penalty(hand, q, rot if soft else None, soft, cfg, q_prior)  # = cost_fn here
+        _, hw, hw0 = _data_cost(e, e0, wg, w[roots], delta)
         ww = wg * hw  # (G, K, B)
         w0 = w[roots] * hw0  # (r, B)
 
@@ -1017,18 +1021,21 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
         new_R = _mm(R, _so3_exp(dp[:3]))
         new_t = t + _mv(R, dp[3:6] * _REF)
         new_logs = jnp.clip(logs + dp[6], math.log(0.1), math.log(10.0)) if estimate_scale else logs
-        new_cost = cost_fn(new_q, new_rot, new_R, new_t, new_logs)
+        new_fk = fk(new_q, new_rot, True)
+        new_cost = cost_at(new_fk[0], new_q, new_rot, new_R, new_t, new_logs)
         ok = _stored(jnp.isfinite(new_cost) & (new_cost <= cost))
-        state = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), (new_q, new_rot, new_R, new_t, new_logs),
-                                       (q, rot, R, t, logs))
+        state, kept_fk, kept_cost = jax.tree_util.tree_map(
+            lambda a, b: jnp.where(ok, a, b), ((new_q, new_rot, new_R, new_t, new_logs), new_fk, new_cost),
+            ((q, rot, R, t, logs), (kp, Jd), cost))
         rel = jnp.abs(cost - new_cost) / jnp.maximum(cost, 1e-30)
         conv = (ok & (rel < 1e-10)) | (cost < 1e-16)
         lam = jnp.clip(jnp.where(ok, lam * 0.3, lam * 4.0), 1e-12, 1e8)
-        return state, lam, n_acc + ok.astype(jnp.int32), conv
+        return state, kept_fk, kept_cost, lam, n_acc + ok.astype(jnp.int32), conv
 
-    carry = ((qa, rota, R, t, logs), jnp.full((B,), cfg["damping"], dtype), jnp.zeros((B,), jnp.int32),
-             jnp.zeros((B,), bool))
-    (q, rot, R, t, logs), lam, n_acc, conv = jax.lax.fori_loop(0, iterations, step, carry)
+    fk0 = fk(qa, rota, True)
+    carry = ((qa, rota, R, t, logs), fk0, cost_at(fk0[0], qa, rota, R, t, logs),
+             jnp.full((B,), cfg["damping"], dtype), jnp.zeros((B,), jnp.int32), jnp.zeros((B,), bool))
+    (q, rot, R, t, logs), _, _, lam, n_acc, conv = jax.lax.fori_loop(0, iterations, step, carry)
 
     # --- projection onto the limits; frames without enough landmarks keep the start pose
     q = jnp.clip(q, hand.lower[:, None], hand.upper[:, None])
