@@ -7,7 +7,9 @@ order rotated every round), on the bundled real recording's frames in turn:
 
 * ``solve``: ``wj.solve(hand, frame)``, the public call (input checks, JAX arrays out);
 * ``frame_solver``: ``wj.FrameSolver(hand)(frame)``, the same fit with numpy results;
-* ``frame_solver_warm``: the same with ``q0=`` the previous frame's angles (a live stream).
+* ``frame_solver_warm``: the same with ``q0=`` the previous frame's angles (a live stream);
+* ``trivial_jit``: a jitted ``x + 1`` on the frame, the floor of any compiled call (how busy the
+  machine was: 7–17 µs median in the runs of one day on this 2-core machine).
 
 Every call is timed on its own, blocking on the result (``jax.block_until_ready``); the figures are
 the min / p10 / median / p90 over all calls, in milliseconds, with the machine's description, in
@@ -49,7 +51,9 @@ def main(argv=None) -> dict:
         prev["q"] = res.angles
         return res
 
-    ways = {"solve": lambda f: wj.solve(hand, f), "frame_solver": streamer, "frame_solver_warm": warm}
+    trivial = jax.jit(lambda x: x + 1)
+    ways = {"solve": lambda f: wj.solve(hand, f), "frame_solver": streamer, "frame_solver_warm": warm,
+            "trivial_jit": trivial}
     first = {}
     for name, fn in ways.items():
         t0 = time.perf_counter()
