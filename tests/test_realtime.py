@@ -99,3 +99,13 @@ def test_input_errors(right, solver):
             wj.FrameSolver(right, dtype=np.float64)
     with pytest.raises(ValueError, match="coupling must be"):
         wj.FrameSolver(right, coupling="loose")
+
+
+def test_float64(right):
+    """dtype=float64 (x64 is on in the tests): float64 results, the round trip (the weak prior towards
+    the start pose keeps the optimum ~1e-5 rad off the truth)."""
+    q, y, *_ = synthetic(1, seed=25)
+    res = wj.FrameSolver(right, dtype=np.float64)(y[0])
+    assert res.angles.dtype == np.float64 and res.keypoints.dtype == np.float64
+    np.testing.assert_allclose(res.angles, q[0], atol=2e-4)
+    assert res.residual < 2e-6
