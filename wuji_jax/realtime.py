@@ -22,16 +22,14 @@ from .solver import (
     IKResult,
     SolverConfig,
     _is_traced,
-    _neutral_np,
     _params_of,
-    _solve_rows,
+    _solve_any,
     _traced_config,
     _validate,
 )
 
 __all__ = ["FrameSolver"]
 
-_FIELDS = IKResult._fields
 
 
 class FrameSolver:
@@ -72,15 +70,14 @@ class FrameSolver:
             raise ValueError(f"dtype must be float32 or float64; got {dtype}")
         if dtype == np.float64 and not jax.config.jax_enable_x64:
             raise ValueError("dtype float64 needs jax.config.update('jax_enable_x64', True) first")
-        if _is_traced(*jax.tree_util.tree_leaves(hand)):
+        params = _params_of(hand, dtype)
+        if params is None:
             raise ValueError("FrameSolver needs a concrete model; inside jax.jit use wj.solve")
         self.hand, self.config, self.dtype = hand, config, dtype
         # numpy copies: compiled into the kernel as constants (each ≤ 512 bytes as the kernel needs,
         # see solver._Params)
         to_np = lambda t: jax.tree_util.tree_map(np.asarray, t)  # noqa: E731
-        self._consts = (to_np(hand.astype(jnp.dtype(dtype))), to_np(_params_of(hand, dtype)),
-                        _traced_config(config, dtype))
-        self._q_neutral = _neutral_np(hand).astype(dtype)
+        self._consts = (to_np(hand.astype(jnp.dtype(dtype))), to_np(params), _traced_config(config, dtype))
         self._kernels = {}
         self._layout = None  # where each IKResult field lies in the kernel's one output
 
@@ -120,26 +117,22 @@ class FrameSolver:
 
     def _compile(self, has_weights: bool, has_q0: bool):
         hand, params, cfg = self._consts
-        static, dtype, q_neutral = self.config._static(), self.dtype, self._q_neutral
+        static, dtype = self.config._static(), self.dtype
 
-        def pieces(lm, *rest):
-            rest = list(rest)
-            w = rest.pop(0) if has_weights else jnp.ones(21, dtype)
-            q0 = rest.pop(0) if has_q0 else jnp.asarray(q_neutral)
-            out = _solve_rows(hand, lm[None], w[None], q0[None], static, cfg, warm=has_q0, params=params)
-            return {f: v[0] for f, v in out.items()}
+        def pieces(lm, *rest):  # the IKResult of one frame (the defaults of solve where not given)
+            rest = iter(rest)
+            w = next(rest) if has_weights else None
+            q0 = next(rest) if has_q0 else None
+            return _solve_any(hand, lm, w, q0, static, cfg, warm=has_q0, params=params)
 
         def kernel(*args):  # one buffer out: each output of a compiled call costs ~3 µs on the host
-            out = pieces(*args)
-            return jnp.concatenate([jnp.ravel(out[f]).astype(dtype) for f in _FIELDS])
+            return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in pieces(*args)])
 
         if self._layout is None:
             specs = [jax.ShapeDtypeStruct((21, 3), dtype)] + [jax.ShapeDtypeStruct((21,), dtype)] * has_weights \
-                + [jax.ShapeDtypeStruct(q_neutral.shape, dtype)] * has_q0
-            shapes = jax.eval_shape(pieces, *specs)
+                + [jax.ShapeDtypeStruct((hand.num_joints,), dtype)] * has_q0
             layout, at = [], 0  # per field: its slice of the buffer, shape, dtype if not the buffer's
-            for f in _FIELDS:
-                s = shapes[f]
+            for s in jax.eval_shape(pieces, *specs):
                 size = int(np.prod(s.shape))
                 layout.append((slice(at, at + size), s.shape, None if s.dtype == dtype else np.dtype(s.dtype)))
                 at += size

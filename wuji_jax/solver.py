@@ -498,23 +498,6 @@ class _Params(NamedTuple):
     C1 = property(lambda self: tuple(t[:, 0] for t in self.turn))
     C2 = property(lambda self: tuple(t[:, 1] for t in self.turn))
 
-    def links(self) -> "_Links":
-        """The per-depth constants sliced out once (before the LM loop: sliced inside it, each slice
-        was a kernel of its own in every iteration at batch 1)."""
-        return _Links(self.O, self.xyz, self.ax, self.Oa, self.C1, self.C2, self.rest)
-
-
-class _Links(NamedTuple):
-    """:class:`_Params` with its per-depth constants as separate arrays (same attribute names)."""
-
-    O: tuple
-    xyz: tuple
-    ax: tuple
-    Oa: tuple
-    C1: tuple
-    C2: tuple
-    rest: jax.Array
-
 
 def _chain_params(hand: HandModel, ch: _Chains, dtype) -> _Params:
     """:class:`_Params` gathered from the model's leaves (padding link: zero offset and axis, identity)."""
@@ -884,7 +867,6 @@ def _solve_T(hand: HandModel, y, w, q0, static, cfg, warm=False, params=None):
     npose = 7 if estimate_scale else 6
     if params is None:
         params = _chain_params(hand, ch, dtype)
-    params = params.links()
     kid = np.where(ch.kp_id >= 0, ch.kp_id, 0)
     kmask = jnp.asarray((ch.kp_id >= 0).astype(np.float64), dtype)[..., None]  # (G, K, 1)
     yg = y[kid]  # (G, K, 3, B)
@@ -1222,10 +1204,10 @@ def _defaults(hand, lm, weights, q0a, xp):
     return weights, q0a
 
 
-@functools.partial(jax.jit, static_argnames=("static", "warm"))
-def _solve_shaped(hand, lm, weights, q0a, static, cfg, warm=False, params=None):
-    """:func:`_solve_flat` for any batch shape; the reshapes (and defaults for ``weights``/``q0a``
-    given as ``None``) happen inside the compiled call."""
+def _solve_any(hand, lm, weights, q0a, static, cfg, warm=False, params=None):
+    """:func:`_solve_rows` for any batch shape → :class:`IKResult`; the reshapes (and defaults for
+    ``weights``/``q0a`` given as ``None``) happen inside the compiled call (:func:`_solve_shaped`,
+    :class:`~wuji_jax.FrameSolver`)."""
     weights, q0a = _defaults(hand, lm, weights, q0a, jnp)
     batch = lm.shape[:-2]
     flat = int(np.prod(batch)) if batch else 1
@@ -1233,6 +1215,8 @@ def _solve_shaped(hand, lm, weights, q0a, static, cfg, warm=False, params=None):
                          q0a.reshape(flat, hand.num_joints), static, cfg, warm, params)
     return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
 
+
+_solve_shaped = jax.jit(_solve_any, static_argnames=("static", "warm"))
 
 _DEFAULT_CONFIG = SolverConfig()
 
