@@ -109,3 +109,25 @@ def test_float64(right):
     assert res.angles.dtype == np.float64 and res.keypoints.dtype == np.float64
     np.testing.assert_allclose(res.angles, q[0], atol=2e-4)
     assert res.residual < 2e-6
+
+
+def test_lm_loop_compiled_as_one_kernel(right, solver):
+    """On CPU the LM loop of a one-frame kernel is compiled as one function (XLA:CPU's small-loop
+    path, which the default 1 KB threshold keeps it off): the variant used so far is, and the helper
+    gives the same numbers as a plain jax.jit on a loop that the default keeps off that path."""
+    from wuji_jax.realtime import _compile_whole_loops
+
+    solver(np.asarray(synthetic(1, seed=26)[1][0], np.float32))
+    assert solver.whole_loop_kernels == {(False, False): True}
+
+    def loop(x):  # 256 floats per buffer: far above the 1 KB default
+        return jax.lax.fori_loop(0, 5, lambda i, c: jnp.sin(c) * 1.5 + jnp.cos(c * i), x)
+
+    x = np.linspace(-2, 2, 256).astype(np.float32)
+    plain = jax.jit(loop).lower(x).compile()
+    assert 'xla_cpu_small_call="true"' not in plain.as_text()
+    compiled, whole = _compile_whole_loops(loop, jax.ShapeDtypeStruct(x.shape, x.dtype))
+    assert whole and 'xla_cpu_small_call="true"' in compiled.as_text()
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(plain(x)), rtol=1e-6, atol=1e-6)
+    # the option applied only while compiling: a loop compiled afterwards takes the default path
+    assert 'xla_cpu_small_call="true"' not in jax.jit(lambda v: loop(v) + 1).lower(x).compile().as_text()
