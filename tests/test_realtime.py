@@ -88,6 +88,17 @@ def test_input_errors(right, solver):
         solver(y[0] * 1000)
     with pytest.raises(ValueError, match="no finite value"):
         solver(np.full((21, 3), np.nan))
+    # float32 (21, 3) arrays take the fast path (checked after the kernel from the extent it returns)
+    pixels = y[0].astype(np.float32)
+    pixels[:, :2] = pixels[:, :2] * 3000 + 400
+    with pytest.raises(ValueError, match="pixel coordinates"):
+        solver(pixels)
+    normalised = y[0].astype(np.float32)  # hand-sized, but x, y in [0, 1] and flat z
+    normalised[:, :2] = (normalised[:, :2] - normalised[:, :2].min(0)) * 2 + 0.3
+    normalised[:, 2] *= 0.05
+    with pytest.raises(ValueError, match="normalised image coordinates"):
+        solver(normalised)
+    assert np.isfinite(solver(normalised, check_units=False).angles).all()
     with pytest.raises(ValueError, match="weights must have shape"):
         solver(y[0], np.ones(20))
     with pytest.raises(ValueError, match="inside jax.jit"):
@@ -118,7 +129,8 @@ def test_lm_loop_compiled_as_one_kernel(right, solver):
     from wuji_jax.realtime import _compile_whole_loops
 
     solver(np.asarray(synthetic(1, seed=26)[1][0], np.float32))
-    assert solver.whole_loop_kernels == {(False, False): True}
+    kinds = solver.whole_loop_kernels  # every variant compiled so far (other tests may add some)
+    assert kinds[(False, False)] and all(kinds.values()), kinds
 
     def loop(x):  # 256 floats per buffer: far above the 1 KB default
         return jax.lax.fori_loop(0, 5, lambda i, c: jnp.sin(c) * 1.5 + jnp.cos(c * i), x)

@@ -104,6 +104,11 @@ def _compile_whole_loops(fn, *specs):
     return compiled, 'xla_cpu_small_call="true"' in compiled.as_text()
 
 
+def _plain(x, shape) -> bool:
+    """``x`` is a numpy float array of ``shape``."""
+    return type(x) is np.ndarray and x.shape == shape and x.dtype.kind == "f"
+
+
 class FrameSolver:
     """:func:`wuji_jax.solve` for one frame at a time, with the least overhead per call.
 
@@ -175,23 +180,35 @@ class FrameSolver:
         Returns:
             :class:`~wuji_jax.IKResult` of numpy arrays (no batch axis).
         """
-        if _is_traced(landmarks, weights, q0):
-            raise ValueError("FrameSolver is eager (numpy results); inside jax.jit/grad use wj.solve")
-        shape = np.shape(landmarks)
-        if len(shape) != 2:
-            raise ValueError(f"FrameSolver solves one frame of shape (21, 3); got shape {shape}"
-                             + (" (a batch: use wj.solve)" if len(shape) > 2 else ""))
-        lm, weights, q0a = _validate(self.hand, landmarks, weights, q0, check_units)
-        args = [np.asarray(lm, self.dtype)]
-        if weights is not None:
-            args.append(np.asarray(weights, self.dtype))
-        if q0a is not None:
-            args.append(np.asarray(q0a, self.dtype))
-        key = (weights is not None, q0a is not None)
-        kernel = self._kernels.get(key) or self._compile(*key)
-        flat = np.asarray(kernel(*args))
+        dtype = self.dtype
+        if _plain(landmarks, (21, 3)) and (weights is None or _plain(weights, (21,))) \
+                and (q0 is None or _plain(q0, (self.hand.num_joints,))):
+            # the common case: numpy float arrays of the right shapes. The kernel also returns the
+            # hand's extent and lowest x/y, and the full checks run only where those look wrong
+            # (the numpy checks before the call cost ~25 µs; the solver is safe on any input)
+            args = [landmarks.astype(dtype, copy=False)] + [a.astype(dtype, copy=False) for a in (weights, q0)
+                                                              if a is not None]
+            flat = self._run(weights is not None, q0 is not None, args)
+            extent, xy_min = float(flat[-2]), float(flat[-1])
+            if not (extent == extent and (not check_units or (0.05 <= extent <= 0.40 and xy_min <= 0.005))):
+                _validate(self.hand, landmarks, weights, q0, check_units)  # raises, or the frame is fine
+        else:
+            if _is_traced(landmarks, weights, q0):
+                raise ValueError("FrameSolver is eager (numpy results); inside jax.jit/grad use wj.solve")
+            shape = np.shape(landmarks)
+            if len(shape) != 2:
+                raise ValueError(f"FrameSolver solves one frame of shape (21, 3); got shape {shape}"
+                                 + (" (a batch: use wj.solve)" if len(shape) > 2 else ""))
+            lm, weights, q0a = _validate(self.hand, landmarks, weights, q0, check_units)
+            args = [np.asarray(a, dtype) for a in (lm, weights, q0a) if a is not None]
+            flat = self._run(weights is not None, q0a is not None, args)
         return IKResult(*[flat[s].reshape(shape) if dt is None else flat[s].astype(dt).reshape(shape)
                           for s, shape, dt in self._layout])
+
+    def _run(self, has_weights: bool, has_q0: bool, args) -> np.ndarray:
+        """The variant's kernel on ``args`` (arrays of the solver's dtype) → its one host buffer."""
+        kernel = self._kernels.get((has_weights, has_q0)) or self._compile(has_weights, has_q0)
+        return np.asarray(kernel(*args))
 
     def _compile(self, has_weights: bool, has_q0: bool):
         hand, params, cfg = self._consts
@@ -203,8 +220,12 @@ class FrameSolver:
             q0 = next(rest) if has_q0 else None
             return _solve_any(hand, lm, w, q0, static, cfg, warm=has_q0, params=params)
 
-        def kernel(*args):  # one buffer out: each output of a compiled call costs ~3 µs on the host
-            return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in pieces(*args)])
+        def kernel(lm, *rest):  # one buffer out: each output of a compiled call costs ~3 µs on the host
+            lo = jnp.min(lm, 0)
+            span = jnp.max(lm, 0) - lo  # the checks of landmarks.unit_problem for one frame (NaN if any is)
+            extent = jnp.sqrt(jnp.sum(span * span))
+            return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in pieces(lm, *rest)]
+                                   + [extent[None], jnp.min(lo[:2])[None]])
 
         specs = [jax.ShapeDtypeStruct((21, 3), dtype)] + [jax.ShapeDtypeStruct((21,), dtype)] * has_weights \
             + [jax.ShapeDtypeStruct((hand.num_joints,), dtype)] * has_q0
