@@ -15,6 +15,10 @@ one-frame loop is larger than that, so :func:`_compile_whole_loops` raises the t
 kernel compiles. The compiled kernel alone, alternated in one process: 264 → 207 µs median. Not
 for batches: at batch 1024 the loop as one function ran at 52,000 frames/s against 72,000 as thunks.
 The start (palm pose, closed-form angles) stays a thunk sequence: as one function it was no faster.
+
+Numpy float inputs of the right shapes go straight to the kernel, which also returns the hand's
+extent and lowest x/y; the full input checks (26 µs) run only where those look wrong. With both
+changes, alternated in one process: 234.6 → 204.9 → 169.8 µs median per call.
 """
 
 from __future__ import annotations
