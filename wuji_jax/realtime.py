@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .landmarks import _plainly_metres
 from .model import HandModel
 from .solver import (
     _DEFAULT_CONFIG,
@@ -194,7 +195,7 @@ class FrameSolver:
                                                               if a is not None]
             flat = self._run(weights is not None, q0 is not None, args)
             extent, xy_min = float(flat[-2]), float(flat[-1])
-            if not (extent == extent and (not check_units or (0.05 <= extent <= 0.40 and xy_min <= 0.005))):
+            if not (_plainly_metres(extent, xy_min) or (not check_units and extent == extent)):
                 _validate(self.hand, landmarks, weights, q0, check_units)  # raises, or the frame is fine
         else:
             if _is_traced(landmarks, weights, q0):
