@@ -103,14 +103,24 @@ class Timing(NamedTuple):
     cpu_median: float  # process CPU seconds per call (all threads); > median when XLA runs in parallel
 
 
+def ready(result):
+    """``result`` once its JAX arrays are computed; numpy leaves (already on the host) pass as they are.
+
+    ``jax.block_until_ready`` tries a method on every leaf and catches the error numpy arrays raise:
+    18.7 µs for a ``FrameSolver`` result of 12 numpy arrays, a tenth of the call it would time.
+    """
+    jax.block_until_ready([x for x in jax.tree_util.tree_leaves(result) if isinstance(x, jax.Array)])
+    return result
+
+
 def time_fn(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> Timing:
-    """Time ``fn(*args)`` after ``warmup`` untimed calls, blocking on the result every call."""
+    """Time ``fn(*args)`` after ``warmup`` untimed calls, waiting for the result every call."""
     for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
+        ready(fn(*args))
     times, cpu = [], []
     for _ in range(max(repeats, 1)):
         t0, c0 = time.perf_counter(), time.process_time()
-        jax.block_until_ready(fn(*args))
+        ready(fn(*args))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     return Timing(statistics.median(times), min(times), times, statistics.median(cpu))

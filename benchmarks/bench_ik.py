@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 
 from _util import (  # noqa: E402
     DEXRET_RECORDING, bundled_recording, hardware_info, jit_solver, load_recording, round_trip_data,
-    solve_in_chunks, time_fn, write_json,
+    ready, solve_in_chunks, time_fn, write_json,
 )
 
 BATCHES = (1, 10, 100, 1024, 10_000, 100_000, 1_000_000, 10_000_000)
@@ -66,7 +66,7 @@ TIMED_SECONDS = 20.0  # at most about this much timed warm calls per batch size
 
 def first_call(fn, *args) -> float:
     t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
+    ready(fn(*args))
     return time.perf_counter() - t0
 
 

@@ -11,7 +11,8 @@ order rotated every round), on the bundled real recording's frames in turn:
 * ``trivial_jit``: a jitted ``x + 1`` on the frame, the floor of any compiled call (how busy the
   machine was: 7–17 µs median in the runs of one day on this 2-core machine).
 
-Every call is timed on its own, blocking on the result (``jax.block_until_ready``); the figures are
+Every call is timed on its own, waiting for its JAX arrays (``_util.ready``; ``FrameSolver``'s numpy
+results are on the host when it returns); the figures are
 the min / p10 / median / p90 over all calls, in milliseconds, with the machine's description, in
 ``benchmarks/results/latency_<device>.json``. Run from the repository root::
 
@@ -26,7 +27,7 @@ import time
 import jax
 import numpy as np
 
-from _util import bundled_recording, hardware_info, load_recording, write_json
+from _util import bundled_recording, hardware_info, load_recording, ready, write_json
 
 
 def main(argv=None) -> dict:
@@ -57,10 +58,10 @@ def main(argv=None) -> dict:
     first = {}
     for name, fn in ways.items():
         t0 = time.perf_counter()
-        jax.block_until_ready(fn(frames[0]))
+        ready(fn(frames[0]))
         first[name] = time.perf_counter() - t0
         for f in frames[:20]:
-            jax.block_until_ready(fn(f))
+            ready(fn(f))
     times = {name: [] for name in ways}
     order = list(ways)
     i = 0
@@ -71,7 +72,7 @@ def main(argv=None) -> dict:
                 f = frames[i % len(frames)]
                 i += 1
                 t0 = time.perf_counter()
-                jax.block_until_ready(fn(f))
+                ready(fn(f))
                 times[name].append(time.perf_counter() - t0)
     rows = {}
     for name, ts in times.items():
@@ -84,7 +85,7 @@ def main(argv=None) -> dict:
     payload = dict(hardware=info, rounds=args.rounds, calls_per_round=args.calls, latency=rows,
                    data="bundled recording (human_hand_video_landmarks.npz), float32, frames in turn",
                    notes="one process; the ways alternate in rounds, order rotated per round; each call "
-                         "timed alone with jax.block_until_ready; first_call_s includes compilation")
+                         "timed alone, waiting for its JAX arrays; first_call_s includes compilation")
     if not args.no_json:
         print("wrote", write_json("latency", payload))
     return payload

@@ -131,6 +131,12 @@ def test_lm_loop_compiled_as_one_kernel(right, solver):
     solver(np.asarray(synthetic(1, seed=26)[1][0], np.float32))
     kinds = solver.whole_loop_kernels  # every variant compiled so far (other tests may add some)
     assert kinds[(False, False)] and all(kinds.values()), kinds
+    # the whole frame inside a one-trip loop (realtime._once): the entry computation keeps a handful
+    # of instructions besides its constants, not the ~200 kernels of the start before the LM loop
+    text = solver._kernels[(False, False)].as_text()
+    entry = text[text.index("\nENTRY"):].split("\n}")[0].splitlines()[1:]
+    ops = [line for line in entry if " constant(" not in line]
+    assert len(ops) < 30, len(ops)
 
     def loop(x):  # 256 floats per buffer: far above the 1 KB default
         return jax.lax.fori_loop(0, 5, lambda i, c: jnp.sin(c) * 1.5 + jnp.cos(c * i), x)
@@ -143,3 +149,15 @@ def test_lm_loop_compiled_as_one_kernel(right, solver):
     np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(plain(x)), rtol=1e-6, atol=1e-6)
     # the option applied only while compiling: a loop compiled afterwards takes the default path
     assert 'xla_cpu_small_call="true"' not in jax.jit(lambda v: loop(v) + 1).lower(x).compile().as_text()
+
+
+def test_runs_on_the_calling_thread(right, solver):
+    """The kernels run on a CPU device of FrameSolver's own client, made with asynchronous=False (each
+    call on the calling thread), not on JAX's default device; the results are wj.solve's."""
+    assert solver.inline and solver.device.platform == "cpu"
+    assert solver.device not in jax.devices()  # not the process's client: its setting is left alone
+    assert wj.FrameSolver(right).device is solver.device  # one such client per process
+    frame = np.asarray(synthetic(1, seed=27)[1][0], np.float32)
+    out = solver._kernels[(False, False)](frame)
+    assert out.devices() == {solver.device}
+    np.testing.assert_allclose(solver(frame).angles, np.asarray(wj.solve(right, frame).angles), atol=1e-5)

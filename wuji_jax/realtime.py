@@ -7,18 +7,24 @@ wait for and free). :class:`FrameSolver` compiles one model and config into the 
 returns the results as one host buffer, split into numpy views: alternated in one process on 2 CPU
 cores, 0.327 → 0.278 ms median per frame (``benchmarks/bench_latency.py``).
 
-On CPU it also compiles the Levenberg–Marquardt loop as one function. XLA:CPU runs a program as a
-sequence of small kernels ("thunks"); at one frame the loop body is ~160 of them per iteration. A
-while loop whose buffers are small is emitted as a single function instead
-(``xla_cpu_small_while_loop_byte_threshold`` in ``xla_backend_extra_options``, default 1 KB); the
-one-frame loop is larger than that, so :func:`_compile_whole_loops` raises the threshold while this
-kernel compiles. The compiled kernel alone, alternated in one process: 264 → 207 µs median. Not
-for batches: at batch 1024 the loop as one function ran at 52,000 frames/s against 72,000 as thunks.
-The start (palm pose, closed-form angles) stays a thunk sequence: as one function it was no faster.
+Then, for the remaining time of a call, on 2 CPU cores (each step alternated in one process with the
+code before it, 60 rounds × 30 calls on the bundled recording; medians):
 
-Numpy float inputs of the right shapes go straight to the kernel, which also returns the hand's
-extent and lowest x/y; the full input checks (26 µs) run only where those look wrong. With both
-changes, alternated in one process: 234.6 → 204.9 → 169.8 µs median per call.
+1. The LM loop is compiled as one function. XLA:CPU runs a program as a sequence of small kernels
+   ("thunks"); at one frame the loop body is ~160 of them per iteration. A while loop whose buffers
+   are small is emitted as a single function instead (``xla_cpu_small_while_loop_byte_threshold`` in
+   ``xla_backend_extra_options``, default 1 KB); :func:`_compile_whole_loops` raises the threshold
+   while this kernel compiles. Kernel alone: 264 → 207 µs. Not for batches: at batch 1024 the loop as
+   one function ran at 52,000 frames/s against 72,000 as thunks.
+2. Input checks after the kernel: numpy float inputs of the right shapes go straight to the kernel,
+   which also returns the hand's extent and lowest x/y; the full checks (26 µs) run only where those
+   look wrong. With step 1: 234.6 → 169.8 µs per call.
+3. The kernel runs on the calling thread. JAX's CPU client hands every computation above ~1,000
+   flops to a worker thread and wakes the caller when it is done; FrameSolver compiles for a CPU
+   device of its own client, made with ``asynchronous=False`` (:func:`_inline_cpu_device`).
+4. The whole frame is one function: :func:`_once` puts the kernel in a loop that runs once, so the
+   ~140 small kernels before the LM loop (palm pose, closed-form angles, first forward pass) go into
+   the same function. Steps 3 and 4: 178.6 → 162.0 → 128.8 µs per call (p10 134 → 88 → 74 µs).
 """
 
 from __future__ import annotations
@@ -93,20 +99,71 @@ def _whole_loops():
 
 
 def _compile_whole_loops(fn, *specs):
-    """``fn`` jitted and compiled for ``specs``, its while loops each one kernel where XLA:CPU can;
-    ``(compiled, True)``, or ``(jax.jit(fn), False)`` off CPU or where this JAX's internals differ."""
-    jitted = jax.jit(fn)
-    if jax.default_backend() != "cpu":
-        return jitted, False
-    # a new function object: JAX caches compilations per function, and one of ``fn`` made before
-    # would be returned as it is
-    fresh = jax.jit(lambda *args: fn(*args))
-    try:
-        with _whole_loops():
-            compiled = fresh.lower(*specs).compile()
-    except Exception:  # noqa: BLE001 — an internal API of another JAX version: fall back, same results
-        return jitted, False
-    return compiled, 'xla_cpu_small_call="true"' in compiled.as_text()
+    """``fn`` compiled for ``specs`` (their shardings name the device), its while loops each one
+    kernel where XLA:CPU can: ``(compiled, True)``; ``(compiled, False)`` off CPU or where this JAX's
+    internals differ (the plain compile, the same results)."""
+    devices = {d for s in specs if s.sharding is not None for d in s.sharding.device_set}
+    if all(d.platform == "cpu" for d in devices) if devices else jax.default_backend() == "cpu":
+        # a new function object: JAX caches compilations per function, and one of ``fn`` made before
+        # would be returned as it is
+        fresh = jax.jit(lambda *args: fn(*args))
+        try:
+            with _whole_loops():
+                compiled = fresh.lower(*specs).compile()
+            return compiled, 'xla_cpu_small_call="true"' in compiled.as_text()
+        except Exception:  # noqa: BLE001 — an internal API of another JAX version: fall back, same results
+            pass
+    return jax.jit(lambda *args: fn(*args)).lower(*specs).compile(), False
+
+
+def _once(fn):
+    """``fn(x, *rest)`` (one array out) as the body of a while loop that runs once, and that XLA can
+    neither drop nor hoist ``fn`` out of: compiled with :func:`_whole_loops`, the whole program is then
+    one function on XLA:CPU instead of a sequence of ~140 small kernels before the LM loop.
+
+    XLA removes a loop whose trip count it knows to be 1 and moves out of a loop what does not change
+    in it, so the start and the input go through values its simplifier does not fold: ``x != x and
+    x == x`` (false) and ``x + 0·i`` (``x``). The results are ``fn``'s, to float rounding.
+    """
+    def once(x, *rest):
+        out = jax.eval_shape(fn, x, *rest)
+        first = jnp.ravel(x)[0]
+        start = ((first != first) & (first == first)).astype(jnp.int32)  # 0
+
+        def body(carry):
+            i, _ = carry
+            return i + 1, fn(x + i.astype(x.dtype) * 0, *rest)
+
+        return jax.lax.while_loop(lambda c: c[0] < 1, body, (start, jnp.zeros(out.shape, out.dtype)))[1]
+
+    return once
+
+
+_INLINE_CPU: list = []  # the one device of :func:`_inline_cpu_device`, made on first use
+_INLINE_LOCK = threading.Lock()
+
+
+def _inline_cpu_device():
+    """``(device, inline)``: a CPU device whose computations run on the calling thread (``inline``),
+    or JAX's first CPU device where this jaxlib cannot make one.
+
+    JAX's CPU client hands each computation above ~1,000 flops to a worker thread and wakes the caller
+    when it is done (``jax_cpu_enable_async_dispatch``, on by default for the whole process). For one
+    frame that hand-off costs more than the solve. A second PjRt CPU client made with
+    ``asynchronous=False`` runs each call on the calling thread instead; JAX compiles for and transfers
+    to its device like any other. It serves only :class:`FrameSolver` and leaves the process's setting
+    alone.
+    """
+    with _INLINE_LOCK:
+        if not _INLINE_CPU:
+            try:
+                from jax._src.lib import xla_client
+
+                _INLINE_CPU.append((xla_client.make_cpu_client(asynchronous=False, num_devices=1)
+                                    .local_devices()[0], True))
+            except Exception:  # noqa: BLE001 — another jaxlib: JAX's own CPU device, same results
+                _INLINE_CPU.append((jax.devices("cpu")[0], False))
+        return _INLINE_CPU[0]
 
 
 def _plain(x, shape) -> bool:
@@ -126,9 +183,11 @@ class FrameSolver:
     (``angles (20,)``, ``keypoints (21, 3)``, ``residual ()`` …). The same input checks apply:
     a ``ValueError`` names the problem.
 
-    On CPU the solver's loop runs as one compiled function (the module docstring says why);
-    :attr:`whole_loop_kernels` tells, per compiled variant, whether this JAX version allowed it
-    (else the variant is compiled as :func:`~wuji_jax.solve` is, with the same results).
+    It runs on the host CPU on every machine (one frame is too little work for an accelerator), on
+    the calling thread (:attr:`inline`, on a :attr:`device` of its own client), with the whole frame
+    compiled as one function (:attr:`whole_loop_kernels`, per compiled variant). The module docstring
+    says why and what each step saved. Where this JAX version allows neither, the kernel is compiled as
+    :func:`~wuji_jax.solve`'s is and runs on JAX's own CPU device, with the same results.
 
     Use :func:`~wuji_jax.solve` for batches, for JAX arrays, under ``jax.jit``/``grad``, and for
     ``side="auto"``. Each of the (at most four) variants compiles on first use: with or without
@@ -165,9 +224,11 @@ class FrameSolver:
         to_np = lambda t: jax.tree_util.tree_map(np.asarray, t)  # noqa: E731
         self._consts = (to_np(hand.astype(jnp.dtype(dtype))), to_np(params), _traced_config(config, dtype))
         self._kernels = {}
-        #: per compiled variant ``(has_weights, has_q0)``: whether its LM loop runs as one kernel
+        #: per compiled variant ``(has_weights, has_q0)``: whether the whole frame runs as one function
         self.whole_loop_kernels: dict[tuple[bool, bool], bool] = {}
         self._layout = None  # where each IKResult field lies in the kernel's one output
+        #: the CPU device the kernels run on, and whether it runs them on the calling thread
+        self.device, self.inline = _inline_cpu_device()
 
     def __repr__(self):
         return f"FrameSolver({self.hand.name!r}, {self.config!r}, dtype={self.dtype.name})"
@@ -232,8 +293,9 @@ class FrameSolver:
             return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in pieces(lm, *rest)]
                                    + [extent[None], jnp.min(lo[:2])[None]])
 
-        specs = [jax.ShapeDtypeStruct((21, 3), dtype)] + [jax.ShapeDtypeStruct((21,), dtype)] * has_weights \
-            + [jax.ShapeDtypeStruct((hand.num_joints,), dtype)] * has_q0
+        on = jax.sharding.SingleDeviceSharding(self.device)
+        specs = [jax.ShapeDtypeStruct(shape, dtype, sharding=on)
+                 for shape in [(21, 3)] + [(21,)] * has_weights + [(hand.num_joints,)] * has_q0]
         if self._layout is None:
             layout, at = [], 0  # per field: its slice of the buffer, shape, dtype if not the buffer's
             for s in jax.eval_shape(pieces, *specs):
@@ -241,7 +303,7 @@ class FrameSolver:
                 layout.append((slice(at, at + size), s.shape, None if s.dtype == dtype else np.dtype(s.dtype)))
                 at += size
             self._layout = layout
-        compiled, whole = _compile_whole_loops(kernel, *specs)
+        compiled, whole = _compile_whole_loops(_once(kernel), *specs)
         self._kernels[(has_weights, has_q0)] = compiled
         self.whole_loop_kernels[(has_weights, has_q0)] = whole
         return compiled
