@@ -183,7 +183,7 @@ class FrameSolver:
     (``angles (20,)``, ``keypoints (21, 3)``, ``residual ()`` …). The same input checks apply:
     a ``ValueError`` names the problem.
 
-    It runs on the host CPU on every machine (one frame is too little work for an accelerator), on
+    It runs on the host CPU on every machine, GPU machines included (not measured there), on
     the calling thread (:attr:`inline`, on a :attr:`device` of its own client), with the whole frame
     compiled as one function (:attr:`whole_loop_kernels`, per compiled variant). The module docstring
     says why and what each step saved. Where this JAX version allows neither, the kernel is compiled as
