@@ -102,18 +102,18 @@ def _compile_whole_loops(fn, *specs):
     """``fn`` compiled for ``specs`` (their shardings name the device), its while loops each one
     kernel where XLA:CPU can: ``(compiled, True)``; ``(compiled, False)`` off CPU or where this JAX's
     internals differ (the plain compile, the same results)."""
-    devices = {d for s in specs if s.sharding is not None for d in s.sharding.device_set}
-    if all(d.platform == "cpu" for d in devices) if devices else jax.default_backend() == "cpu":
-        # a new function object: JAX caches compilations per function, and one of ``fn`` made before
-        # would be returned as it is
-        fresh = jax.jit(lambda *args: fn(*args))
+    platforms = {d.platform for s in specs if s.sharding is not None for d in s.sharding.device_set}
+    # a new function object: JAX caches compilations per function, and one of ``fn`` made before
+    # would be returned as it is
+    jitted = jax.jit(lambda *args: fn(*args))
+    if (platforms or {jax.default_backend()}) == {"cpu"}:
         try:
             with _whole_loops():
-                compiled = fresh.lower(*specs).compile()
+                compiled = jitted.lower(*specs).compile()
             return compiled, 'xla_cpu_small_call="true"' in compiled.as_text()
         except Exception:  # noqa: BLE001 — an internal API of another JAX version: fall back, same results
             pass
-    return jax.jit(lambda *args: fn(*args)).lower(*specs).compile(), False
+    return jitted.lower(*specs).compile(), False
 
 
 def _once(fn):
