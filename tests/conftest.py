@@ -1,10 +1,8 @@
 import os
 
-# XLA's LLVM backend at -O0 for the tests (read when JAX starts below; CLI and notebook subprocesses
-# inherit it): the solver's kernels compile 35-40 % faster (batch 1: 10.6 -> 6.8 s, batch 64:
-# 13.5 -> 8.1 s), and compilation is most of the suite's time. The arithmetic is IEEE at every level
-# (no fast-math); speed is measured by benchmarks/, which use the default -O3.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# No persistent compilation cache for the CLI subprocesses (they inherit this): the suite writes nothing
+# into the user's cache folder and compiles the same on every run. tests/test_cache.py clears it.
+os.environ.setdefault("WUJI_JAX_NO_CACHE", "1")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

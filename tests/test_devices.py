@@ -38,7 +38,7 @@ _CHILD = textwrap.dedent("""
     y = np.asarray(wj.forward_keypoints(hand, jnp.asarray(q, jnp.float32))) + [0.1, -0.2, 0.4]
     y = y.reshape(3, 7, 21, 3)  # 21 frames: padded to 22 for two devices
     y[1, 2, 8] = np.nan  # a masked fingertip
-    from wuji_jax import solver
+    from wuji_jax.solver import api as solver
     wj.devices.SPLIT_MIN_FRAMES = 4
     solver.CHUNK_FRAMES = 4  # 11 frames per device: 3 chunks of 4 (one padded)
     split = wj.solve(hand, y)

@@ -240,7 +240,7 @@ def test_solve_inside_jit_then_eager_same_answer(right):
 
 def test_float32_sincos_matches_numpy():
     """The solver's own float32 sin/cos (polynomials instead of XLA's libm calls) against float64 numpy."""
-    from wuji_jax.solver import _sincos
+    from wuji_jax.geometry import sincos as _sincos
 
     x = np.concatenate([np.linspace(-3.5, 3.5, 70_001), [0.0, 1e-30, np.pi / 2, -np.pi, 7.0, -12.5]]).astype(np.float32)
     s, c = _sincos(jnp.asarray(x))
@@ -257,7 +257,7 @@ def test_float32_sincos_matches_numpy():
 def test_float32_atan2_matches_numpy():
     """The solver's own float32 atan2 (one division + a polynomial) against float64 numpy: every
     quadrant, the axes, the origin, the reduction boundary |y| = tan(π/8)·|x| and wide magnitudes."""
-    from wuji_jax.solver import _atan2
+    from wuji_jax.geometry import atan2 as _atan2
 
     rng = np.random.default_rng(0)
     n = 200_000
@@ -274,32 +274,3 @@ def test_float32_atan2_matches_numpy():
     err = np.minimum(err, 2 * np.pi - err)  # ±π for y = −0
     assert err.max() < 4e-7, (err.max(), y[err.argmax()], x[err.argmax()])
     assert np.isnan(np.asarray(_atan2(jnp.asarray([np.nan, 1.0], np.float32), jnp.asarray([1.0, np.nan], np.float32)))).all()
-
-
-@pytest.mark.parametrize("coupling", ["hard", "soft"])
-def test_single_frame_kernel_has_only_small_buffers(right, coupling):
-    """At batch 1 no buffer of the compiled solver holds more than 512 bytes: XLA:CPU then runs the
-    kernel's thunks in sequence on one thread (ThunkExecutor's small-buffer rule) instead of
-    scheduling them as a graph; one (G, D, 3, 3) array of link constants or a (G, K, V, 3) Jacobian
-    puts it back on the graph scheduler (the compiled single-frame kernel measured 1.5-1.8x slower)."""
-    import re
-
-    from wuji_jax import solver as S
-
-    config = wj.SolverConfig(iterations=2, coupling=coupling)
-    params = S._params_of(right, np.dtype(np.float32))
-    lm = jnp.asarray(np.asarray(wj.forward_keypoints(right, wj.named_pose("point")), np.float32)[None])
-    q0 = jnp.asarray(S._neutral_np(right)[None], jnp.float32)
-    text = S._solve_flat.lower(right, lm, jnp.ones((1, 21), jnp.float32), q0, config._static(),
-                               S._traced_config(config, np.dtype(np.float32)), False, params).compile().as_text()
-    width = {"f32": 4, "s32": 4, "u32": 4, "pred": 1, "s8": 1, "u8": 1, "f64": 8, "s64": 8}
-    big = []
-    for line in text.splitlines():
-        m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\([^=]*\)|\S+) ([\w\-]+)\(", line)
-        if not m or m.group(3) in ("tuple", "get-tuple-element", "bitcast"):
-            continue
-        for dt, dims in re.findall(r"\b(f32|s32|u32|pred|s8|u8|f64|s64)\[([\d,]*)\]", m.group(2)):
-            size = width[dt] * int(np.prod([int(d) for d in dims.split(",") if d]))
-            if size > 512:
-                big.append(f"{m.group(1)} {dt}[{dims}] ({size} bytes)")
-    assert len(text) > 1000 and not big, big

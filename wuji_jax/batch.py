@@ -76,6 +76,7 @@ then concatenate the per-process tables (``pandas.concat``); each process resume
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -88,6 +89,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import io as wio
+from .geometry import matrix_to_quaternion
 
 __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_CHUNK_SIZE"]
 
@@ -121,31 +123,6 @@ def output_columns(hand=None, inspire: bool = True) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ small parts
-
-
-def _quaternions(R: np.ndarray) -> np.ndarray:
-    """``(m, 3, 3)`` rotation matrices → ``(m, 4)`` unit quaternions ``(w, x, y, z)``, ``w ≥ 0``.
-
-    Shepperd's branch choice: the largest of ``4w², 4x², 4y², 4z²`` is the pivot, so nothing is
-    divided by a small number.
-    """
-    R = np.asarray(R, np.float64)
-    m00, m11, m22 = R[:, 0, 0], R[:, 1, 1], R[:, 2, 2]
-    d = np.stack([1 + m00 + m11 + m22, 1 + m00 - m11 - m22, 1 - m00 + m11 - m22, 1 - m00 - m11 + m22], 1)
-    k = np.argmax(d, axis=1)
-    s = 2.0 * np.sqrt(np.maximum(d[np.arange(len(k)), k], 1e-300))
-    a21, a12 = R[:, 2, 1], R[:, 1, 2]
-    a02, a20 = R[:, 0, 2], R[:, 2, 0]
-    a10, a01 = R[:, 1, 0], R[:, 0, 1]
-    cand = np.stack([
-        np.stack([s / 4, (a21 - a12) / s, (a02 - a20) / s, (a10 - a01) / s], 1),
-        np.stack([(a21 - a12) / s, s / 4, (a01 + a10) / s, (a02 + a20) / s], 1),
-        np.stack([(a02 - a20) / s, (a01 + a10) / s, s / 4, (a12 + a21) / s], 1),
-        np.stack([(a10 - a01) / s, (a02 + a20) / s, (a12 + a21) / s, s / 4], 1),
-    ], 1)
-    q = cand[np.arange(len(k)), k]
-    q = q * np.where(q[:, :1] < 0, -1.0, 1.0)
-    return q / np.linalg.norm(q, axis=1, keepdims=True)
 
 
 class _Progress:
@@ -285,6 +262,14 @@ class _Chunk:
         self.n += m
 
 
+@functools.lru_cache(maxsize=None)
+def _jitted(fn):
+    """``jax.jit(fn)``, made once (the jitted solver rows for every chunk and run in a process)."""
+    import jax
+
+    return jax.jit(fn)
+
+
 class _Kernel:
     """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``."""
 
@@ -305,7 +290,7 @@ class _Kernel:
             mesh = Mesh(np.asarray(self.devices), ("frames",))
             self.rows = NamedSharding(mesh, PartitionSpec("frames"))
             self.same = NamedSharding(mesh, PartitionSpec())
-        self.cfg = self.put({k: jnp.asarray(v, self.dtype) for k, v in config._traced().items()}, self.same)
+        self.cfg = self.put(config.as_arrays(self.dtype), self.same)
         self.ones = self.put(np.ones((batch_size, 21), self.dtype), self.rows)
         self._hands: dict[str, tuple] = {}
 
@@ -333,7 +318,7 @@ class _Kernel:
         while this one is solved.
         """
         from .inspire import _to_inspire_kernel
-        from .solver import _solve_flat
+        from .solver import solve_rows
 
         plain, hand, q0 = self.hand(side)
         n = world.shape[0]
@@ -343,7 +328,7 @@ class _Kernel:
         outs = []
         for s in range(0, padded, self.batch):
             xs = self.put(x[s:s + self.batch], self.rows)
-            o = _solve_flat(hand, xs, self.ones, q0, self.config._static(), self.cfg)
+            o = _jitted(solve_rows)(hand, xs, self.ones, q0, self.cfg)
             if inspire:
                 o["inspire"] = _to_inspire_kernel(hand, o["angles"], None)
             outs.append(o)
@@ -355,7 +340,7 @@ class _Kernel:
                 "converged", "flags") + (("inspire",) if "inspire" in outs[0] else ())
         got = {k: np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in keys}
         res = {"angles": got["angles"], "coupled": got["coupled"],
-               "quaternion": _quaternions(got["rotation"]).astype(got["angles"].dtype),
+               "quaternion": matrix_to_quaternion(got["rotation"]).astype(got["angles"].dtype),
                "translation": got["translation"], "scale": got["scale"],
                "residual_mm": got["residual"] * 1000.0, "valid": got["valid"],
                "converged": got["converged"], "flags": got["flags"].astype(np.int32)}
@@ -384,8 +369,8 @@ def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire:
             inputs.append({"path": str(p.resolve()), "size": None, "mtime_ns": None})
     return {"inputs": inputs, "chunk_size": int(chunk_size), "side": side, "inspire": bool(inspire),
             "check_units": bool(check_units), "fps": fps, "dtype": np.dtype(dtype).name,
-            "solver": {"static": list(config._static()),
-                       "traced": {k: float(v) for k, v in config._traced().items()}},
+            "solver": {"static": list(config.static()),
+                       "traced": {k: float(v) for k, v in config.numbers().items()}},
             "wuji_jax": __version__}
 
 

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .landmarks import check_landmarks
-from .model import _FIXED, HandModel
+from .geometry import so3_exp
+from .model import FIXED, HandModel
 from .solver import SolverConfig, landmark_loss, solve
 
 __all__ = ["calibrate", "calibration_params", "apply_calibration"]
@@ -18,7 +19,7 @@ __all__ = ["calibrate", "calibration_params", "apply_calibration"]
 def _segments(hand: HandModel):
     """Static index arrays: bone links (below a metacarpal; their offset is a bone length — links with
     a zero offset get a parameter with no effect) and palm links (fixed children of the root)."""
-    palm = [i for i in range(1, hand.num_links) if hand.parents[i] == 0 and hand.kinds[i] == _FIXED]
+    palm = [i for i in range(1, hand.num_links) if hand.parents[i] == 0 and hand.kinds[i] == FIXED]
     bones = [i for i in range(1, hand.num_links) if i not in palm]
     return np.asarray(bones, int), np.asarray(palm, int)
 
@@ -38,14 +39,12 @@ def apply_calibration(hand: HandModel, params) -> HandModel:
     the metacarpal and bone joint frames turned by the rotation vectors ``palm_rot`` and ``bone_rot``
     (radians; a turn of joint ``i``'s frame turns its axis and everything below it: a person's
     rest curvature, axis tilt and zero angle differ from the model's)."""
-    from .solver import _so3_exp
-
     bones, palm = _segments(hand)
     xyz = hand.origin_xyz
     xyz = xyz.at[bones].set(xyz[bones] * jnp.exp(params["log_length"])[:, None])
     xyz = xyz.at[palm].add(params["palm"])
     links = np.concatenate([palm, bones])
-    turn = _so3_exp(jnp.concatenate([params["palm_rot"], params["bone_rot"]]).T)
+    turn = so3_exp(jnp.concatenate([params["palm_rot"], params["bone_rot"]]).T)
     rot = hand.origin_rot.at[links].set(hand.origin_rot[links] @ jnp.transpose(turn, (2, 0, 1)))
     return hand.replace(origin_xyz=xyz, origin_rot=rot)
 

@@ -56,11 +56,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Wuji Glove WG110v12 hand model in JAX: pictures, IK, Inspire hand commands.",
+        epilog="Compiled XLA programs are kept in a per-user cache folder (~/.cache/wuji_jax/xla on "
+        "Linux, ~/Library/Caches/wuji_jax/xla on macOS, %LOCALAPPDATA%\\wuji_jax\\xla on Windows), so "
+        "that only the first run of a command compiles the solver. --cache-dir DIR or "
+        "WUJI_JAX_CACHE_DIR=DIR moves it; --no-cache or WUJI_JAX_NO_CACHE=1 turns it off. Deleting the "
+        "folder is always safe. The cache options work before or after COMMAND.",
     )
+    _add_cache_options(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for add in _VERBS:
         add(sub)
+    for p in sub.choices.values():  # also after COMMAND: `wuji-jax solve --no-cache`
+        _add_cache_options(p, argparse.SUPPRESS)
     return parser
+
+
+def _add_cache_options(parser: argparse.ArgumentParser, default) -> None:
+    # a verb's copy defaults to SUPPRESS, so that it leaves the value given before COMMAND alone
+    g = parser.add_argument_group("compilation cache")
+    g.add_argument("--cache-dir", metavar="DIR", default=default,
+                   help="keep compiled XLA programs in DIR (default: $WUJI_JAX_CACHE_DIR, else the per-user "
+                        "cache folder, ~/.cache/wuji_jax/xla on Linux)")
+    g.add_argument("--no-cache", action="store_true", default=False if default is None else default,
+                   help="do not read or write the compilation cache (also: WUJI_JAX_NO_CACHE=1)")
 
 
 def _one_line(message) -> str:
@@ -76,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``argv`` defaults to ``sys.argv[1:]``); returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
-        _use_all_cores()
+        _start_jax(args)
         return int(args.run(args) or 0)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else (0 if e.code is None else _fail(e.code, 1))
@@ -88,6 +106,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e, 1)
     except Exception as e:  # a bug: still one line, but say what it was
         return _fail(f"unexpected {type(e).__name__}: {e}", 1)
+
+
+def _start_jax(args) -> None:
+    """JAX's settings for this run, before any JAX computation: the persistent compilation cache and
+    one CPU device per core. ``main`` called from a running program whose JAX has started keeps that
+    program's settings (an explicit ``--cache-dir`` still applies)."""
+    from .devices import jax_started
+
+    if args.no_cache and args.cache_dir is not None:
+        raise UsageError("give --cache-dir DIR or --no-cache, not both")
+    if args.cache_dir is not None and not args.cache_dir.strip():
+        raise UsageError("--cache-dir: empty folder name")
+    started = jax_started()
+    if not args.no_cache and (args.cache_dir is not None or not started):
+        _enable_cache(args.cache_dir)
+    if not started:
+        _use_all_cores()
+
+
+def _enable_cache(path: str | None) -> None:
+    """:func:`wuji_jax.cache.enable_compilation_cache`, its warning (a folder it cannot use) as one line."""
+    import warnings
+
+    from .cache import enable_compilation_cache
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        enable_compilation_cache(path)
+    for w in caught:
+        text = _one_line(w.message).removeprefix("wuji_jax: ")
+        text = text.replace("; set WUJI_JAX_CACHE_DIR", "; give --cache-dir DIR or set WUJI_JAX_CACHE_DIR")
+        text = text.replace("or WUJI_JAX_NO_CACHE=1", "or --no-cache")
+        print(f"{PROG}: warning: {text}", file=sys.stderr)
 
 
 def _use_all_cores() -> None:

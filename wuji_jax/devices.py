@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-__all__ = ["use_cpu_cores", "cpu_core_count"]
+__all__ = ["use_cpu_cores", "cpu_core_count", "jax_started", "split_over_devices"]
 
 #: frames per device below which a batch is not split (the split costs a transfer and a second
 #: dispatch; below a few hundred frames per device one device is as fast)
@@ -40,10 +40,19 @@ def cpu_core_count() -> int:
 
 
 def jax_started() -> bool:
-    """Whether JAX has started its backends (after which the CPU device count is fixed)."""
-    from jax._src import xla_bridge
+    """Whether JAX has started its backends (after which the CPU device count is fixed).
 
-    return xla_bridge.backends_are_initialized()
+    JAX has no public query for this; it refuses a change of ``jax_num_cpu_devices`` once started,
+    so this tries a change and puts the setting back (public configuration API only)."""
+    import jax
+
+    was = jax.config.jax_num_cpu_devices
+    try:
+        jax.config.update("jax_num_cpu_devices", 1 if was != 1 else 2)
+    except RuntimeError:
+        return True
+    jax.config.update("jax_num_cpu_devices", was)
+    return False
 
 
 def use_cpu_cores(n: int | None = None) -> int:
@@ -61,14 +70,16 @@ def use_cpu_cores(n: int | None = None) -> int:
     n = cpu_core_count() if n is None else int(n)
     if n < 1:
         raise ValueError(f"use_cpu_cores: n must be >= 1, got {n}")
-    if jax_started():
+    if jax.config.jax_num_cpu_devices == n:
+        return n
+    try:
+        jax.config.update("jax_num_cpu_devices", n)  # JAX refuses once its backends have started
+    except RuntimeError:
         have = len(jax.devices("cpu"))
         if have != n:
             raise RuntimeError(
                 f"use_cpu_cores({n}): JAX already runs with {have} CPU device(s); call it right after "
-                f"`import jax`, before any computation, or set JAX_NUM_CPU_DEVICES={n} in the environment")
-        return n
-    jax.config.update("jax_num_cpu_devices", n)
+                f"`import jax`, before any computation, or set JAX_NUM_CPU_DEVICES={n} in the environment") from None
     return n
 
 

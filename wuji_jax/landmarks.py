@@ -82,7 +82,7 @@ def hand_extent(landmarks) -> _np.ndarray:
 _UNIT_SAMPLE = 256  # frames the unit check looks at
 
 
-def _plainly_metres(extent: float, xy_min: float) -> bool:
+def plainly_metres(extent: float, xy_min: float) -> bool:
     """The common case of :func:`unit_problem`, from the bounding-box diagonal ``extent`` and the lowest
     x or y of the landmarks: hand-sized in metres (5–40 cm) and not normalised image coordinates
     (those have x, y ≥ 0). False for NaN (a missing landmark): then the full test decides."""
@@ -106,7 +106,7 @@ def unit_problem(landmarks) -> str | None:
     d = lm.max(1) - lo  # NaN in frames with a missing landmark: then the full test below
     ext = _np.sqrt((d * d).sum(-1))
     e = float(ext[0]) if ext.size == 1 else float(_np.median(ext))
-    if _plainly_metres(e, float(lo[:, :2].min())):
+    if plainly_metres(e, float(lo[:, :2].min())):
         return None
     lm = lm.astype(_np.float64)
     ext = hand_extent(lm)

@@ -35,11 +35,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .geometry import rpy_to_matrix
 from .landmarks import KEYPOINT_LINKS
 
 __all__ = ["HandModel", "load_hand", "load_urdf", "parse_urdf", "mirror_urdf", "urdf_path"]
 
-_FIXED, _ACTIVE, _MIMIC = 0, 1, 2
+FIXED, ACTIVE, MIMIC = 0, 1, 2  #: HandModel.kinds values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,16 +167,6 @@ def _attr_float(el: ET.Element, key: str, where: str, default: float | None = No
             raise ValueError(f"{where}: missing attribute {key!r}")
         return default
     return float(_floats(text, 1, f"{where} {key}", ())[0])
-
-
-def rpy_to_matrix(rpy: np.ndarray) -> np.ndarray:
-    """URDF fixed-axis roll-pitch-yaw → rotation matrix ``Rz(yaw) @ Ry(pitch) @ Rx(roll)``."""
-    r, p, y = rpy
-    cr, sr, cp, sp, cy, sy = np.cos(r), np.sin(r), np.cos(p), np.sin(p), np.cos(y), np.sin(y)
-    rx = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
-    ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
-    rz = np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
-    return rz @ ry @ rx
 
 
 def parse_urdf(text: str, side: str = "", keypoints: Sequence[str] | None = None) -> HandModel:
@@ -316,19 +307,19 @@ def parse_urdf(text: str, side: str = "", keypoints: Sequence[str] | None = None
     xyz = np.zeros((L, 3))
     rot = np.tile(np.eye(3), (L, 1, 1))
     axis = np.zeros((L, 3))
-    parents, kinds, q_index, mimic_index = [-1], [_FIXED], [-1], [-1]
+    parents, kinds, q_index, mimic_index = [-1], [FIXED], [-1], [-1]
     mimic_sources, gains, offsets, mlo, mhi = [], [], [], [], []
     for i, jn in enumerate(order_joints[1:], start=1):
         j = joints[jn]
         xyz[i], rot[i], axis[i] = j["xyz"], j["rot"], j["axis"]
         parents.append(link_pos[j["parent"]])
         if j["type"] == "fixed":
-            kinds.append(_FIXED); q_index.append(-1); mimic_index.append(-1)
+            kinds.append(FIXED); q_index.append(-1); mimic_index.append(-1)
         elif j["mimic"] is None:
-            kinds.append(_ACTIVE); q_index.append(active.index(jn)); mimic_index.append(-1)
+            kinds.append(ACTIVE); q_index.append(active.index(jn)); mimic_index.append(-1)
         else:
             m = j["mimic"]
-            kinds.append(_MIMIC); q_index.append(-1); mimic_index.append(len(mimic_sources))
+            kinds.append(MIMIC); q_index.append(-1); mimic_index.append(len(mimic_sources))
             src = active.index(m["source"])
             sec = active.index(m["secondary"]) if m["secondary"] else src
             mimic_sources.append((src, sec))

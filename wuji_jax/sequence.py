@@ -11,7 +11,7 @@ import numpy as np
 from .filters import one_euro
 from .landmarks import check_landmarks
 from .model import HandModel
-from .solver import IKResult, SolverConfig, _solve_checked, neutral_angles
+from .solver import IKResult, SolverConfig, neutral_angles, pick_side, solve_checked
 
 __all__ = ["solve_sequence"]
 
@@ -54,9 +54,7 @@ def solve_sequence(
     if lm.ndim < 3:
         raise ValueError(f"a sequence needs shape (*batch, T, 21, 3); got {lm.shape}")
     if side is not None:
-        from .solver import _pick_side
-
-        hand = _pick_side(hand, lm, side)
+        hand = pick_side(hand, lm, side)
     T = lm.shape[-3]
     seq = np.moveaxis(lm, -3, 0)  # (T, *batch, 21, 3)
     w = None if weights is None else np.moveaxis(np.asarray(weights, lm.dtype), -2, 0)
@@ -70,9 +68,9 @@ def solve_sequence(
         wt = ones if w is None else w[t]
         if prev is None:
             q0 = np.broadcast_to(np.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
-            r = _solve_checked(hand, seq[t], wt, q0, config)
+            r = solve_checked(hand, seq[t], wt, q0, config)
         else:  # an invalid frame returns its start pose: the previous angles
-            r = _solve_checked(hand, seq[t], wt, prev, warm, warm=True)
+            r = solve_checked(hand, seq[t], wt, prev, warm, warm=True)
         frames.append(r)
         prev = np.where(np.asarray(r.valid)[..., None], np.asarray(r.angles), prev if prev is not None
                         else np.asarray(r.angles))

@@ -32,11 +32,11 @@ import os
 import numpy as np
 
 from .landmarks import HAND_CONNECTIONS, LANDMARK_NAMES
-from .model import _ACTIVE, _FIXED, HandModel
+from .model import ACTIVE, FIXED, HandModel
 
 __all__ = ["write_viewer", "viewer_data"]
 
-_KINDS = {_FIXED: "fixed", _ACTIVE: "active"}  # anything else: "coupled" (mimic)
+_KINDS = {FIXED: "fixed", ACTIVE: "active"}  # anything else: "coupled" (mimic)
 _FPS = 30.0
 
 

@@ -1,0 +1,233 @@
+"""The persistent compilation cache (``wuji_jax.cache``) and the command line's ``--cache-dir`` /
+``--no-cache``.
+
+Whether compiled programs land on disk and are read back is checked in fresh Python processes (a
+small ``jax.jit`` function, no solver): this test process has started JAX with the suite's settings,
+and JAX fixes its cache folder at the first compilation after one is set. The in-process tests only
+read the return value and ``jax.config``, and put ``jax.config`` back, compiling nothing meanwhile.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import jax
+import pytest
+
+from wuji_jax.cache import compilation_cache_dir, default_cache_dir, enable_compilation_cache
+from wuji_jax.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes")
+
+# one small jitted function; prints the folder in effect and JAX's cache hit / miss counts
+_CHILD = r"""
+import json, sys
+import jax.monitoring
+counts = {"hits": 0, "misses": 0}
+def listen(event, **kw):
+    if event == "/jax/compilation_cache/cache_hits":
+        counts["hits"] += 1
+    elif event == "/jax/compilation_cache/cache_misses":
+        counts["misses"] += 1
+jax.monitoring.register_event_listener(listen)
+
+from wuji_jax.cache import compilation_cache_dir, enable_compilation_cache
+arg = sys.argv[1] if len(sys.argv) > 1 else None
+used = enable_compilation_cache(arg)
+import jax.numpy as jnp
+@jax.jit
+def cache_probe(x):
+    return jnp.sin(x) * 2.0 + x ** 2
+cache_probe(jnp.arange(16.0)).block_until_ready()
+print(json.dumps({"used": used, "dir": compilation_cache_dir(), **counts}))
+"""
+
+
+def _clean_env(**extra) -> dict:
+    """The environment without the suite's XLA flags and without any JAX / wuji_jax cache settings."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_", "XLA_", "WUJI_JAX_CACHE", "WUJI_JAX_NO_CACHE"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def _child(env: dict, *args: str) -> dict:
+    r = subprocess.run([sys.executable, "-c", _CHILD, *args], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _entries(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.name.endswith("-cache")} if folder.is_dir() else set()
+
+
+@pytest.fixture
+def restore_config():
+    """Put back the cache options an in-process call of enable_compilation_cache changed."""
+    before = {k: getattr(jax.config, k) for k in _OPTIONS}
+    yield
+    for k, v in before.items():
+        jax.config.update(k, v)
+
+
+def test_programs_are_written_then_read_back(tmp_path):
+    cache = tmp_path / "xla"  # does not exist yet: enable_compilation_cache creates it
+    env = _clean_env(WUJI_JAX_CACHE_DIR=str(cache))
+
+    first = _child(env)
+    assert first["used"] == first["dir"] == str(cache)
+    files = _entries(cache)
+    assert any(name.startswith("jit_cache_probe-") for name in files), sorted(files)
+    assert first["misses"] >= 1 and first["hits"] == 0, first
+
+    second = _child(env)
+    assert second["hits"] >= 1 and second["misses"] == 0, second  # read back, nothing compiled anew
+    assert _entries(cache) == files
+
+
+def test_explicit_path_beats_the_environment(tmp_path):
+    env = _clean_env(WUJI_JAX_CACHE_DIR=str(tmp_path / "from_env"))
+    out = _child(env, str(tmp_path / "given"))
+    assert out["used"] == str(tmp_path / "given")
+    assert _entries(tmp_path / "given") and not (tmp_path / "from_env").exists()
+
+
+def test_in_process_return_value_and_config(tmp_path, monkeypatch, restore_config):
+    monkeypatch.delenv("WUJI_JAX_NO_CACHE", raising=False)
+    monkeypatch.delenv("WUJI_JAX_CACHE_DIR", raising=False)
+    folder = tmp_path / "a" / "b"
+    assert enable_compilation_cache(folder) == str(folder)
+    assert folder.is_dir()
+    assert compilation_cache_dir() == str(folder) == jax.config.jax_compilation_cache_dir
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    assert jax.config.jax_persistent_cache_min_entry_size_bytes <= 0
+    assert enable_compilation_cache(folder) == str(folder)  # idempotent
+    # no argument, no WUJI_JAX_CACHE_DIR: the folder JAX already has stays
+    assert enable_compilation_cache() == str(folder)
+    monkeypatch.setenv("WUJI_JAX_CACHE_DIR", str(tmp_path / "env"))
+    assert enable_compilation_cache() == str(tmp_path / "env")
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="XDG_CACHE_HOME is the Linux default")
+def test_default_folder_is_per_user(tmp_path, monkeypatch, restore_config):
+    for k in ("WUJI_JAX_NO_CACHE", "WUJI_JAX_CACHE_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    expect = tmp_path / "xdg" / "wuji_jax" / "xla"
+    assert default_cache_dir() == expect
+    jax.config.update("jax_compilation_cache_dir", None)
+    assert enable_compilation_cache() == str(expect) and expect.is_dir()
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_dir() == Path.home() / ".cache" / "wuji_jax" / "xla"
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "true"])
+def test_no_cache_environment_variable(tmp_path, monkeypatch, restore_config, value):
+    monkeypatch.setenv("WUJI_JAX_NO_CACHE", value)
+    monkeypatch.setenv("WUJI_JAX_CACHE_DIR", str(tmp_path / "env"))
+    before = {k: getattr(jax.config, k) for k in _OPTIONS}
+    assert enable_compilation_cache() is None
+    assert enable_compilation_cache(tmp_path / "given") is None
+    assert not (tmp_path / "env").exists() and not (tmp_path / "given").exists()
+    assert {k: getattr(jax.config, k) for k in _OPTIONS} == before
+
+
+def test_no_cache_in_a_fresh_process(tmp_path):
+    env = _clean_env(WUJI_JAX_CACHE_DIR=str(tmp_path / "xla"), WUJI_JAX_NO_CACHE="1")
+    out = _child(env)
+    assert out["used"] is None and out["dir"] is None
+    assert not (tmp_path / "xla").exists()
+
+
+def test_unusable_folder_warns_once_and_returns_none(tmp_path, monkeypatch, restore_config):
+    monkeypatch.delenv("WUJI_JAX_NO_CACHE", raising=False)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    folder = blocker / "xla"  # cannot be created, whoever runs the test
+    before = {k: getattr(jax.config, k) for k in _OPTIONS}
+    with pytest.warns(RuntimeWarning) as caught:
+        assert enable_compilation_cache(folder) is None
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert "\n" not in text and str(folder) in text and "WUJI_JAX_CACHE_DIR" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second time: no warning
+        assert enable_compilation_cache(folder) is None
+    assert {k: getattr(jax.config, k) for k in _OPTIONS} == before
+    assert not folder.exists()
+
+
+# ----------------------------------------------------------------------------------- command line
+
+
+def _cli(env: dict, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wuji_jax", *argv], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_caches_by_default_and_obeys_its_options(tmp_path):
+    home_cache = tmp_path / "xdg"
+    env = _clean_env(XDG_CACHE_HOME=str(home_cache))
+    r = _cli(env, "view", "fist", "-o", "v.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _entries(home_cache / "wuji_jax" / "xla"), "the command did not fill the per-user cache"
+
+    for argv in (["--cache-dir", "c1", "view", "fist", "-o", "v.html"],   # before COMMAND
+                 ["view", "fist", "-o", "v.html", "--cache-dir=c2"]):     # after it
+        r = _cli(env, *argv, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    assert _entries(tmp_path / "c1") and _entries(tmp_path / "c2")
+
+    r = _cli(_clean_env(WUJI_JAX_CACHE_DIR=str(tmp_path / "c3")), "view", "fist", "-o", "v.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _entries(tmp_path / "c3")
+
+
+def test_cli_no_cache(tmp_path):
+    env = _clean_env(WUJI_JAX_CACHE_DIR=str(tmp_path / "c"))
+    r = _cli(env, "--no-cache", "pose", "--list", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = _cli(dict(env, WUJI_JAX_NO_CACHE="1"), "pose", "--list", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_cli_unusable_folder_is_a_one_line_warning(tmp_path):
+    (tmp_path / "f").write_text("")
+    r = _cli(_clean_env(), "--cache-dir", str(tmp_path / "f" / "x"), "pose", "--list", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wuji-jax: warning: no compilation cache"), r.stderr
+    assert "--cache-dir" in lines[0] and "--no-cache" in lines[0]
+
+
+def test_cli_usage_errors_are_one_line(tmp_path, capsys, restore_config):
+    before = {k: getattr(jax.config, k) for k in _OPTIONS}
+    assert main(["--no-cache", "--cache-dir", str(tmp_path / "c"), "pose", "--list"]) == 2
+    assert main(["pose", "--list", "--cache-dir="]) == 2
+    assert main(["pose", "--list", "--cache-dir"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("wuji-jax: error: ") for line in err), err
+    assert "not both" in err[0] and "--cache-dir" in err[1]
+    # called from this running program (JAX started), without --cache-dir: its cache settings stand
+    assert main(["pose", "--list"]) == 0
+    assert {k: getattr(jax.config, k) for k in _OPTIONS} == before
+    assert not (tmp_path / "c").exists()
+
+
+def test_help_documents_the_options(capsys):
+    assert main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for words in ("--cache-dir DIR", "--no-cache", "WUJI_JAX_NO_CACHE=1", "WUJI_JAX_CACHE_DIR",
+                  "~/.cache/wuji_jax/xla"):
+        assert words in out, words
+    assert main(["solve", "--help"]) == 0
+    assert "--no-cache" in capsys.readouterr().out

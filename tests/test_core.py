@@ -1,0 +1,129 @@
+"""The solver core: the one FK-with-Jacobian against autodiff, coupling with K_CROSS ≠ 0, the LM cost
+against the public loss, the stopping rule, and public JAX only."""
+
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import wuji_jax as wj
+from wuji_jax.chains import chain_params, chains_of, coupled_rows, fk, link_angles, variable_jacobian
+from seed_table import LOWER, UPPER, reference_keypoints
+
+B = 48
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("soft", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fk_jacobian_matches_jacfwd(side, soft, dtype):
+    """d keypoint / d variable from the geometric Jacobian (chains.fk + variable_jacobian) against
+    jax.jacfwd of the same forward kinematics, with a screw-home law that has a cross term."""
+    hand = wj.load_hand(side).with_coupling(k_flex=0.3, k_abd=0.15, k_cross=0.4).astype(dtype)
+    ch = chains_of(hand, soft)
+    params = chain_params(hand, ch)
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.uniform(LOWER, UPPER, size=(3, 20)).T, dtype)  # (n, B = 3)
+    rot = coupled_rows(hand, q) + (0.1 if soft else 0.0)
+
+    def kp_of(qf, rotf):  # (n,), (M,) -> (3, K, G); hard coupling: rot follows the law
+        r = rotf[:, None] if soft else coupled_rows(hand, qf[:, None])
+        k, _ = fk(params, ch, link_angles(ch, qf[:, None], r), jacobian=False)
+        return k[..., 0]
+
+    kp, J = fk(params, ch, link_angles(ch, q, rot), jacobian=True)
+    Jv = np.asarray(variable_jacobian(hand, ch, J, q, soft))  # (3, K, V, G, B)
+    for b in range(3):
+        jq, jr = jax.jacfwd(kp_of, argnums=(0, 1))(q[:, b], rot[:, b])
+        jq = np.concatenate([np.asarray(jq), np.asarray(jr)], -1)  # (3, K, G, n + M)
+        for g in range(ch.G):
+            for v in range(ch.V):
+                j = ch.var[g, v]
+                if j >= ch.n + ch.M:
+                    assert np.all(Jv[:, :, v, g, b] == 0)
+                    continue
+                expect = jq[:, :, g, j]
+                tol = 2e-5 if dtype == np.float32 else 1e-12
+                np.testing.assert_allclose(Jv[:, :, v, g, b], expect, atol=tol, err_msg=f"{side} soft={soft} g={g} v={v}")
+        # the columns of other fingers' joints are zero in this finger's rows (the arrow structure)
+        for g in range(ch.G):
+            others = [j for j in range(ch.n + (ch.M if soft else 0)) if j not in set(ch.var[g])]
+            assert np.abs(jq[:, :, g][..., others]).max() == 0
+
+
+def test_solver_recovers_angles_with_a_cross_term():
+    """K_CROSS ≠ 0 (and K_ABD ≠ 0): the round trip through the seed-table FK still recovers q."""
+    hand = wj.load_hand("right").with_coupling(k_flex=0.25, k_abd=0.2, k_cross=0.5)
+    rng = np.random.default_rng(3)
+    q = rng.uniform(LOWER + 0.02, UPPER - 0.02, size=(B, 20))
+    y = np.stack([reference_keypoints(x, 0.25, 0.2, 0.5) for x in q])
+    res = wj.solve(hand, y)
+    err = np.degrees(np.abs(np.asarray(res.angles) - q))
+    assert np.median(err) < 0.01 and np.percentile(err, 99) < 0.5, (np.median(err), np.percentile(err, 99))
+    law = 0.25 * q[:, 0] + 0.2 * q[:, 1] + 0.5 * q[:, 0] * q[:, 1]
+    np.testing.assert_allclose(np.asarray(res.coupled)[:, 0], law, atol=1e-4)
+
+
+@pytest.mark.parametrize("coupling", ["hard", "soft"])
+def test_landmark_loss_is_the_lm_cost_at_the_solution(right, coupling):
+    """landmark_loss (the public objective) gives the value LM reports at its solution, prior and
+    soft-coupling terms included; both change when a term's weight does."""
+    rng = np.random.default_rng(4)
+    q = rng.uniform(LOWER + 0.1, UPPER - 0.1, size=(8, 20))
+    y = np.stack([reference_keypoints(x) for x in q]) + rng.normal(0, 0.003, (8, 21, 3))
+    q0 = np.full((8, 20), 0.2)
+    config = wj.SolverConfig(coupling=coupling, prior_weight=0.05)
+    res = wj.solve(right, y, config=config, q0=q0)
+    loss = wj.landmark_loss(right, res.angles, res.rotation, res.translation, jnp.log(res.scale), y, config=config,
+                            q_prior=q0, coupled=res.coupled)
+    np.testing.assert_allclose(np.asarray(loss), np.asarray(res.cost), rtol=1e-9)
+    no_prior = wj.landmark_loss(right, res.angles, res.rotation, res.translation, jnp.log(res.scale), y,
+                                config=config.replace(prior_weight=0.0), q_prior=q0, coupled=res.coupled)
+    assert np.all(np.asarray(no_prior) < np.asarray(loss))
+
+
+def test_stopping_rule_converges_on_noise_free_frames(right):
+    """A noise-free batch: the frames report converged (the predicted decrease fell below the
+    tolerance) well before the iteration limit, and the batch stops early."""
+    rng = np.random.default_rng(5)
+    q = rng.uniform(LOWER + 0.02, UPPER - 0.02, size=(B, 20))
+    y = np.stack([reference_keypoints(x) for x in q])
+    res = wj.solve(right, y)
+    assert np.mean(np.asarray(res.converged)) >= 0.99
+    assert np.max(np.asarray(res.iterations)) < wj.SolverConfig().iterations
+    # at most 2 iterations: not converged yet, and the count says so
+    short = wj.solve(right, y + rng.normal(0, 0.002, y.shape), iterations=2)
+    assert np.all(np.asarray(short.iterations) <= 2) and not np.all(np.asarray(short.converged))
+
+
+def test_changing_numbers_does_not_recompile(right):
+    """Iterations, tolerances and weights are traced: a second config compiles nothing."""
+    y = np.stack([reference_keypoints(x) for x in np.full((3, 20), 0.3)])
+    wj.solve(right, y, iterations=5)
+    with jax.log_compiles():
+        import logging
+
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logger = logging.getLogger("jax")
+        logger.addHandler(handler)
+        try:
+            wj.solve(right, y, iterations=7, tolerance=1e-3, prior_weight=1e-3, estimate_scale=False)
+        finally:
+            logger.removeHandler(handler)
+    assert not [r for r in records if "Compiling" in r.getMessage()], [r.getMessage() for r in records]
+
+
+def test_package_uses_public_jax_only():
+    """No private JAX/XLA module is imported anywhere in the package (users upgrade JAX)."""
+    root = Path(wj.__file__).parent
+    hits = []
+    for path in root.rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"jax\._src|xla_client|xla_extension|jaxlib\.", line):
+                hits.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    assert not hits, hits

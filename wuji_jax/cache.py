@@ -1,0 +1,130 @@
+"""JAX's persistent compilation cache, switched on with one call.
+
+Most of the time of a short ``wuji-jax`` run, or of the first ``wj.solve`` in a new Python process, is
+XLA compiling the solver (seconds on a CPU). :func:`enable_compilation_cache` turns on JAX's
+persistent compilation cache, so that a program compiled once is read back from disk by every later
+process instead of being compiled again::
+
+    import wuji_jax as wj
+
+    wj.enable_compilation_cache()   # once, before the first solve; returns the folder (or None)
+    res = wj.solve(hand, landmarks)  # compiles the first time, reads the compiled program afterwards
+
+The ``wuji-jax`` command line does this itself (``--no-cache`` turns it off, ``--cache-dir DIR``
+moves it); library users opt in with the call above.
+
+What is cached: the XLA executables JAX compiles (every ``jax.jit`` program of the process, not
+only wuji_jax's), one file each, under a key JAX computes from the program, the compile options and
+XLA flags, the jax/jaxlib versions and the device kind and count. A new jax version, other XLA flags
+or another device simply compiles again and adds new files; nothing stale is ever read.
+
+Where: the first of
+
+1. the ``path`` argument;
+2. ``$WUJI_JAX_CACHE_DIR``;
+3. the folder JAX was already told (``$JAX_COMPILATION_CACHE_DIR`` or ``jax.config``);
+4. a per-user cache folder: ``$XDG_CACHE_HOME/wuji_jax/xla`` or ``~/.cache/wuji_jax/xla`` (Linux),
+   ``~/Library/Caches/wuji_jax/xla`` (macOS), ``%LOCALAPPDATA%\\wuji_jax\\xla`` (Windows).
+
+:func:`compilation_cache_dir` says which folder is in effect.
+
+Clearing: delete the folder (``rm -rf ~/.cache/wuji_jax/xla``) at any time when no wuji_jax
+process runs; it is rebuilt on demand. JAX does not limit its size (``jax_compilation_cache_max_size``
+can, with the ``filelock`` package); old jax versions' files are never read again and can go.
+
+Turning it off: ``WUJI_JAX_NO_CACHE=1`` in the environment makes :func:`enable_compilation_cache` do
+nothing (``wuji-jax --no-cache`` likewise). A folder that cannot be created or written (a read-only
+home) gives one warning and no cache, never an error.
+
+Only JAX's public ``jax.config`` options are used: ``jax_compilation_cache_dir``, and
+``jax_persistent_cache_min_compile_time_secs`` = 0 and ``jax_persistent_cache_min_entry_size_bytes``
+= -1 (no size threshold), so that small programs are cached too (JAX's defaults skip programs that
+compile in under a second). The folder is fixed when JAX first compiles after it is set: call
+:func:`enable_compilation_cache` before the first computation; a later call with another folder
+does not move a cache that is already in use.
+
+As JAX warns, the cache is trusted code: do not point it at a folder others can write to.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+__all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir"]
+
+#: environment variables read by :func:`enable_compilation_cache`
+ENV_DIR = "WUJI_JAX_CACHE_DIR"
+ENV_OFF = "WUJI_JAX_NO_CACHE"
+
+_warned: set[str] = set()  # folders already warned about in this process
+
+
+def _off() -> bool:
+    return os.environ.get(ENV_OFF, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def default_cache_dir() -> Path:
+    """The per-user folder used when neither ``path``, ``$WUJI_JAX_CACHE_DIR`` nor JAX name one."""
+    home = Path.home()
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(home / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = str(home / "Library" / "Caches")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or str(home / ".cache")
+    return Path(base) / "wuji_jax" / "xla"
+
+
+def compilation_cache_dir() -> str | None:
+    """The folder JAX's persistent compilation cache uses in this process, or None when it is off."""
+    import jax
+
+    path = jax.config.jax_compilation_cache_dir
+    return path if path and jax.config.jax_enable_compilation_cache else None
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | None:
+    """Turn on JAX's persistent compilation cache; returns the folder used, or None when it stays off.
+
+    Args:
+        path: the folder (created if missing). Default: ``$WUJI_JAX_CACHE_DIR``, else the folder JAX
+            already has (``$JAX_COMPILATION_CACHE_DIR``), else :func:`default_cache_dir`.
+
+    Returns None, changing nothing, when ``WUJI_JAX_NO_CACHE=1`` is set (or JAX's own
+    ``JAX_ENABLE_COMPILATION_CACHE=0``) or the folder cannot be
+    created or written (then with one warning per folder naming it and ``$WUJI_JAX_CACHE_DIR``).
+    Calling it again is harmless. Call it before JAX's first compilation (see the module docstring).
+    """
+    if _off():
+        return None
+    import jax
+
+    if not jax.config.jax_enable_compilation_cache:  # JAX_ENABLE_COMPILATION_CACHE=0 says no
+        return None
+    if path is None:
+        path = os.environ.get(ENV_DIR) or jax.config.jax_compilation_cache_dir
+    try:
+        folder = (Path(path).expanduser() if path else default_cache_dir()).absolute()
+    except RuntimeError as e:  # no home folder to be found
+        return _warn_once(str(path or "~"), str(e))
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except OSError as e:
+        return _warn_once(str(folder), getattr(e, "strerror", None) or str(e) or type(e).__name__)
+
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return str(folder)
+
+
+def _warn_once(folder: str, why: str) -> None:
+    if folder not in _warned:
+        _warned.add(folder)
+        warnings.warn(f"wuji_jax: no compilation cache: cannot use {folder} ({why}); set {ENV_DIR} to a "
+                      f"writable folder, or {ENV_OFF}=1 to silence this", RuntimeWarning, stacklevel=3)

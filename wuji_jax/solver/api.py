@@ -1,0 +1,410 @@
+"""The public solver: :func:`solve`, :func:`landmark_loss`, :func:`solve_optax`, :func:`pose_from_palm`.
+
+:func:`solve` checks its input (shape, finiteness, units), then runs one jit-compiled kernel:
+
+1. the closed-form start (:mod:`.start`): wrist similarity from the palm, angles from the bones;
+2. Levenberg–Marquardt (:mod:`.lm`) until every frame has converged, at most ``config.iterations``;
+3. the angles projected onto the limits, the fit, residuals and flags.
+
+Batches larger than :data:`CHUNK_FRAMES` are solved in chunks (each chunk's loop stops on its own),
+and large batches are split over the local devices (:func:`wuji_jax.devices.split_over_devices`).
+Everything is a pure JAX function of ``(hand, landmarks, weights, q0, config)``: it runs under
+``jax.jit``, ``vmap`` and ``grad`` (see :mod:`.lm` on derivatives).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import geometry as geo
+from ..chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles
+from ..devices import split_over_devices
+from ..kinematics import check_angles
+from ..landmarks import check_landmarks, detect_side
+from ..model import HandModel
+from .config import (FLAG_BAD_SCALE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
+                     IKResult, SolverConfig)
+from .lm import REF, Problem, Variables, _Static, cost, keypoints, minimise
+from .start import analytic_angles, palm_similarity
+
+__all__ = ["solve", "solve_rows", "solve_batch", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
+           "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES"]
+
+#: frames solved at a time on one device; bigger batches loop over chunks of this size (the kernel's
+#: arrays stay in the caches, and each chunk's LM loop stops when its own frames have converged)
+CHUNK_FRAMES = 2048
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def neutral_angles(hand: HandModel) -> jax.Array:
+    """The solver's default starting pose ``(n,)``: a slight, mid-range flexion (0.25 rad on every
+    joint but the abductions), within limits."""
+    flex = np.array([0.0 if name.endswith("_abd") else 0.25 for name in hand.joint_names])
+    if is_traced(hand.lower, hand.upper):
+        return jnp.clip(jnp.asarray(flex, hand.lower.dtype), hand.lower, hand.upper)
+    return jnp.asarray(np.clip(flex, np.asarray(hand.lower), np.asarray(hand.upper)), hand.lower.dtype)
+
+
+def is_traced(*xs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+# ------------------------------------------------------------------------------------ the kernel
+
+
+def _problem(hand, ch, y, w, q0, soft):
+    """:class:`~.lm.Problem` from ``y (3, 21, B)``, ``w (21, B)``, ``q0 (n, B)``."""
+    B = y.shape[-1]
+    roots = np.asarray(ch.root_kps, int)
+    return Problem(y=y[:, ch.kp_of_slot].reshape(3, ch.K, ch.G, B),
+                   w=w[ch.kp_of_slot].reshape(ch.K, ch.G, B) * jnp.asarray(ch.slot_used[..., None], y.dtype),
+                   y_root=y[:, roots], w_root=w[roots], q_prior=q0,
+                   rot_prior=coupled_rows(hand, q0) if soft else jnp.zeros((0, B), y.dtype),
+                   one=1 + 0 * y[0, 0, 0])
+
+
+def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, warm: bool = False) -> dict:
+    """The solver on one flat batch: ``landmarks (B, 21, 3)`` (NaN: missing), ``weights (B, 21)``,
+    ``q0 (B, n)`` → a dict of :class:`IKResult` fields with leading axis ``B``. ``warm`` (static):
+    ``q0`` is a warm start, used where it fits better than the closed-form start."""
+    soft = config.coupling == "soft"
+    dtype = landmarks.dtype
+    hand = hand.astype(dtype)
+    ch = chains_of(hand, soft)
+    params = chain_params(hand, ch)
+    st = _Static(ch, soft)
+    n, B = hand.num_joints, landmarks.shape[0]
+
+    finite = jnp.all(jnp.isfinite(landmarks), -1)
+    w = jnp.where(finite & jnp.isfinite(weights), jnp.maximum(weights, 0.0), 0.0).T  # (21, B)
+    y = jnp.transpose(jnp.where(finite[..., None], landmarks, 0.0), (2, 1, 0))  # (3, 21, B)
+    q0 = q0.T
+    used = w > 0
+    n_valid = geo.total(used.astype(jnp.int32), 0)
+    palm = np.asarray(ch.palm_kps, int)
+    valid = (n_valid >= config.min_landmarks) & (geo.total(used[palm].astype(jnp.int32), 0) >= 3)
+
+    zeros = jnp.zeros((n, 1), dtype)
+    rest, _ = fk(params, ch, link_angles(ch, zeros, coupled_rows(hand, zeros)), jacobian=False)
+    R, t, logs, det = palm_similarity(keypoints21(ch, rest)[:, palm], y[:, palm], w[palm], config.estimate_scale)
+    prob = _problem(hand, ch, y, w, q0, soft)
+    empty = jnp.zeros((0, B), dtype)
+    qa = analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
+    x = Variables(qa, coupled_rows(hand, qa) if soft else empty, R, t, logs)
+    if warm:  # keep q0 where it fits better than the closed-form angles
+        x0 = x._replace(q=q0, rot=prob.rot_prior)
+        c0, ca = (cost(hand, v, keypoints(hand, st, params, v, False)[0], prob, config, soft) for v in (x0, x))
+        x = jax.tree_util.tree_map(lambda a, b: jnp.where(c0 < ca, a, b), x0, x)
+    x, iters, converged = minimise(hand, st, params, prob, config, x, valid)
+
+    # projection onto the limits; frames without enough landmarks keep their start pose
+    lo, hi = hand.lower[:, None], hand.upper[:, None]
+    q = jnp.where(valid, jnp.clip(x.q, lo, hi), jnp.clip(q0, lo, hi))
+    rot = jnp.clip(x.rot, hand.mimic_lower[:, None], hand.mimic_upper[:, None]) if soft else coupled_rows(hand, q)
+    x = x._replace(q=q, rot=rot if soft else empty)
+    kp, _ = keypoints(hand, st, params, x, False)
+    c = cost(hand, x, kp, prob, config, soft)
+    s = jnp.exp(x.logs)
+    fit = s * geo.matvec(x.R, keypoints21(ch, kp)) + x.t[:, None]  # (3, 21, B)
+    d = fit - y
+    ss = geo.dot(d, d)
+    errs = jnp.where(used, jnp.sqrt(jnp.where(used, ss, 1.0)), 0.0)  # (21, B)
+    resid = jnp.sqrt(jnp.maximum(jnp.sum(errs * errs, 0) / jnp.maximum(n_valid, 1), 1e-30))
+    finite_fit = jnp.isfinite(resid) & jnp.isfinite(c) & (geo.total(jnp.isfinite(q).astype(jnp.int32), 0) == q.shape[0])
+    flags = (jnp.where(valid, 0, FLAG_TOO_FEW_LANDMARKS)
+             | jnp.where((s < 0.3) | (s > 3.0), FLAG_BAD_SCALE, 0)
+             | jnp.where(resid > config.flag_residual, FLAG_HIGH_RESIDUAL, 0)
+             | jnp.where(det < 0, FLAG_MIRRORED, 0)
+             | jnp.where(finite_fit, 0, FLAG_NOT_FINITE)).astype(jnp.int32)
+    return dict(angles=q.T, coupled=rot.T, rotation=jnp.transpose(x.R, (2, 0, 1)), translation=x.t.T, scale=s,
+                keypoints=jnp.transpose(fit, (2, 1, 0)), residual=resid, errors=errs.T, valid=valid & finite_fit,
+                converged=converged & valid, iterations=iters, flags=flags, cost=c)
+
+
+def _solve_chunked(hand, landmarks, weights, q0, config, warm=False) -> dict:
+    """:func:`solve_rows` over equal chunks of at most :data:`CHUNK_FRAMES` frames (``lax.map``; the
+    batch is padded with copies of its last frame to a multiple of the chunk)."""
+    B = landmarks.shape[0]
+    if B <= CHUNK_FRAMES:
+        return solve_rows(hand, landmarks, weights, q0, config, warm)
+    n = -(-B // CHUNK_FRAMES)
+    size = -(-B // n)
+    pad = n * size - B
+    args = [jnp.concatenate([a, jnp.broadcast_to(a[-1:], (pad,) + a.shape[1:])]) if pad else a
+            for a in (landmarks, weights, q0)]
+    # chunk j holds frames j, j + n, …: where the frames are split over devices, every chunk is too
+    args = [jnp.swapaxes(a.reshape((size, n) + a.shape[1:]), 0, 1) for a in args]
+    out = jax.lax.map(lambda a: solve_rows(hand, *a, config, warm), args)
+    return {k: jnp.swapaxes(v, 0, 1).reshape((n * size,) + v.shape[2:])[:B] for k, v in out.items()}
+
+
+def _defaults(hand, lm, weights, q0, xp):
+    """``weights`` (all ones) and ``q0`` (the neutral pose) for ``lm (*batch, 21, 3)`` where ``None``."""
+    batch = lm.shape[:-2]
+    if weights is None:
+        weights = xp.ones(batch + (21,), lm.dtype)
+    if q0 is None:
+        q0 = xp.broadcast_to(xp.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
+    return weights, q0
+
+
+@functools.partial(jax.jit, static_argnames=("warm",))
+def solve_batch(hand, lm, weights, q0, config, warm=False) -> IKResult:
+    """:func:`_solve_chunked` for any batch shape; defaults made inside the compiled call (a fresh
+    host array costs a transfer per call)."""
+    weights, q0 = _defaults(hand, lm, weights, q0, jnp)
+    batch = lm.shape[:-2]
+    flat = math.prod(batch)
+    out = _solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21), q0.reshape(flat, hand.num_joints),
+                         config, warm)
+    return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
+
+
+@functools.lru_cache(maxsize=16)
+def _split_kernel(mesh, warm):
+    """The solver with every device solving its own rows (``shard_map``: no communication)."""
+    from jax.sharding import PartitionSpec as P
+
+    rows = P(mesh.axis_names[0])
+    local = lambda hand, lm, w, q0, config: _solve_chunked(hand, lm, w, q0, config, warm)  # noqa: E731
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
+                                 check_vma=False))
+
+
+def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
+    """The frames split over the devices of ``sharding`` (numpy inputs; padded with copies of the last
+    frame to a multiple of the device count)."""
+    batch = lm.shape[:-2]
+    flat = math.prod(batch)
+    pad = -flat % sharding.mesh.size
+    args = [a.reshape((flat,) + a.shape[len(batch):]) for a in (lm, weights, q0)]
+    if pad:
+        args = [np.concatenate([a, np.repeat(a[-1:], pad, 0)]) for a in args]
+    out = _split_kernel(sharding.mesh, warm)(hand, *jax.device_put(args, sharding), config)
+    return IKResult(**{k: v[:flat].reshape(batch + v.shape[1:]) for k, v in out.items()})
+
+
+@functools.lru_cache(maxsize=64)
+def config_arrays(config: SolverConfig, dtype) -> SolverConfig:
+    """:meth:`SolverConfig.as_arrays`, cached per config."""
+    return config.as_arrays(dtype)
+
+
+def check_solver_input(hand: HandModel, landmarks, weights=None, q0=None, check_units: bool = True):
+    """Checked ``(landmarks, weights, q0)`` with matching batch shapes (``None`` stays ``None``).
+
+    Concrete inputs get the full numpy checks (shape, finiteness, units, :func:`check_landmarks`);
+    traced ones (inside ``jax.jit``/``grad``) only the static shape checks.
+    """
+    if is_traced(landmarks, weights, q0):
+        lm = jnp.asarray(landmarks)
+        if lm.ndim < 2 or lm.shape[-2:] != (21, 3):
+            raise ValueError(f"landmarks must have shape (*batch, 21, 3); got {lm.shape}")
+        xp = jnp
+    else:
+        lm = check_landmarks(landmarks, check_units=check_units)
+        xp = np
+    batch = lm.shape[:-2]
+    if weights is not None:
+        weights = xp.asarray(weights, lm.dtype)
+        try:
+            weights = xp.broadcast_to(weights, batch + (21,))
+        except ValueError:
+            raise ValueError(f"weights must have shape (*batch, 21) = {batch + (21,)}; got {weights.shape}") from None
+    if q0 is not None:
+        q0 = xp.asarray(q0, lm.dtype)
+        try:
+            q0 = xp.broadcast_to(q0, batch + (hand.num_joints,))
+        except ValueError:
+            raise ValueError(f"q0 must have shape (*batch, {hand.num_joints}); got {q0.shape}") from None
+    return lm, weights, q0
+
+
+def pick_side(hand: HandModel, lm: np.ndarray, side: str) -> HandModel:
+    """The model for ``side`` (``"right"``, ``"left"`` or ``"auto"``: from the landmarks' chirality);
+    warns where the given side contradicts the geometry."""
+    from ..model import load_hand
+
+    if side not in ("right", "left", "auto"):
+        raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
+    detected = detect_side(lm)
+    if side == "auto":
+        if detected is None:
+            raise ValueError("side='auto': the landmarks' chirality is undecided (degenerate palms); pass side=")
+        side = detected
+    elif detected is not None and detected != side:
+        warnings.warn(f"side={side!r} but the landmarks' geometry looks like a {detected} hand (mirrored images "
+                      "swap MediaPipe's handedness label); solving as given", stacklevel=3)
+    return hand if hand.side == side else load_hand(side)
+
+
+def solve(hand: HandModel, landmarks, weights=None, config: SolverConfig | None = None, *, side: str | None = None,
+          q0=None, check_units: bool = True, **overrides) -> IKResult:
+    """Fit the hand to MediaPipe landmarks: angles within limits, wrist pose and scale.
+
+    Args:
+        hand: the model (``wj.load_hand("right")``); with ``side`` given, it is reloaded for that side.
+        landmarks: ``(*batch, 21, 3)`` metres, in any frame (camera, world, wrist). NaN marks a
+            missing landmark.
+        weights: ``(*batch, 21)`` per-landmark confidence ≥ 0 (0 = ignore); default all ones.
+        config: :class:`SolverConfig`; keyword ``overrides`` replace its fields
+            (e.g. ``iterations=10, coupling="soft"``).
+        side: ``"right"``, ``"left"`` or ``"auto"`` (decide from the landmarks' chirality); ``None``
+            uses ``hand`` as given. A side contradicting the geometry issues a warning.
+        q0: ``(*batch, 20)`` starting angles (warm start, kept where it fits better than the
+            closed-form start) and the prior's centre; default :func:`neutral_angles`.
+        check_units: raise if the hands look like pixels, normalised image coordinates or millimetres.
+
+    Returns:
+        :class:`IKResult` with the input's batch shape.
+
+    Raises:
+        ValueError: wrong shape, no finite landmark at all, or implausible units (the message says
+            what was found and what to pass instead).
+
+    For a live stream, one frame at a time, :class:`~wuji_jax.FrameSolver` computes the same fit with
+    less overhead per call (numpy results).
+    """
+    config = config or DEFAULT_CONFIG
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
+    lm, weights, q0a = check_solver_input(hand, landmarks, weights, q0, check_units)
+    if side is not None:
+        if is_traced(lm):
+            raise ValueError("side= needs concrete landmarks; pick the hand model outside jit")
+        hand = pick_side(hand, lm, side)
+    return solve_checked(hand, lm, weights, q0a, config, warm=q0 is not None)
+
+
+DEFAULT_CONFIG = SolverConfig()
+
+
+def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = False) -> IKResult:
+    """:func:`solve` after the checks (used by :func:`~wuji_jax.solve_sequence` too)."""
+    dtype = _F64 if (lm.dtype == _F64 and jax.config.jax_enable_x64) else _F32
+    traced = is_traced(lm, weights, q0a)
+    xp = jnp if traced else np
+    lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
+    cfg = config if is_traced(*jax.tree_util.tree_leaves(config)) else config_arrays(config, dtype)
+    sharding = None if traced else split_over_devices(math.prod(lm.shape[:-2]))
+    if sharding is not None:
+        weights, q0a = _defaults(hand, lm, weights, q0a, np)
+        return _solve_split(hand, lm, weights, q0a, cfg, sharding, warm)
+    return solve_batch(hand, lm, weights, q0a, cfg, warm=warm)
+
+
+
+# ---------------------------------------------------------------------------------- the loss, optax
+
+
+def landmark_loss(hand: HandModel, q, rotation, translation, log_scale, landmarks, weights=None,
+                  config: SolverConfig | None = None, *, q_prior=None, coupled=None):
+    """The solver's objective for one set of variables (differentiable; for optax or custom terms).
+
+    The same function LM minimises (:func:`wuji_jax.solver.lm.cost`): Σ_k w_k·Huber(|fit_k − y_k|/1 cm)
+    + ½·limit_weight·Σ limit violation² + ½·prior_weight·|q − q_prior|² (+ ½·coupling_weight·
+    (coupled − law)² for ``config.coupling == "soft"``).
+
+    Args:
+        q: ``(*batch, n)`` angles, radians; rotation ``(*batch, 3, 3)``; translation ``(*batch, 3)``
+            metres; log_scale ``(*batch,)``; landmarks ``(*batch, 21, 3)`` metres (NaN: missing);
+            weights ``(*batch, 21)``.
+        q_prior: ``(*batch, n)`` the prior's centre; default :func:`neutral_angles` (as in :func:`solve`).
+        coupled: ``(*batch, M)`` coupled angles under soft coupling; default the law at ``q``.
+
+    Returns:
+        ``(*batch,)`` cost.
+    """
+    config = config or DEFAULT_CONFIG
+    q = check_angles(hand, q)
+    dtype = q.dtype
+    soft = config.coupling == "soft"
+    hand = hand.astype(dtype)
+    ch = chains_of(hand, soft)
+    batch = q.shape[:-1]
+    flat = lambda a, tail: jnp.broadcast_to(jnp.asarray(a, dtype), batch + tail).reshape((-1,) + tail)  # noqa: E731
+    lm = flat(landmarks, (21, 3))
+    finite = jnp.all(jnp.isfinite(lm), -1)
+    w = jnp.ones(lm.shape[:2], dtype) if weights is None else flat(weights, (21,))
+    w = jnp.where(finite, w, 0.0).T
+    y = jnp.transpose(jnp.where(finite[..., None], lm, 0.0), (2, 1, 0))
+    qT = flat(q, (hand.num_joints,)).T
+    prior = neutral_angles(hand) if q_prior is None else q_prior
+    prob = _problem(hand, ch, y, w, flat(prior, (hand.num_joints,)).T, soft)
+    rot = coupled_rows(hand, qT) if coupled is None else flat(coupled, (len(hand.mimic_sources),)).T
+    x = Variables(qT, rot if soft else jnp.zeros((0, qT.shape[1]), dtype), jnp.transpose(flat(rotation, (3, 3)), (1, 2, 0)),
+                  flat(translation, (3,)).T, flat(log_scale, ()))
+    st = _Static(ch, soft)
+    kp, _ = keypoints(hand, st, chain_params(hand, ch), x, False)
+    return cost(hand, x, kp, prob, config, soft).reshape(batch)
+
+
+def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, weights=None,
+                config: SolverConfig | None = None, extra_loss=None):
+    """Minimise :func:`landmark_loss` (+ ``extra_loss(q)`` if given) with an optax optimizer.
+
+    The wrist pose is initialised from the palm as in :func:`solve`; the rotation is parametrised by a
+    rotation vector composed on the right. Default optimizer: ``optax.adam(0.02)``. Returns an
+    :class:`IKResult` (``iterations`` = ``steps``; ``converged`` False: optax runs a fixed budget).
+    """
+    import optax
+
+    config = config or DEFAULT_CONFIG
+    lm, weights, _ = check_solver_input(hand, landmarks, weights, None)
+    batch = lm.shape[:-2]
+    lm = jnp.asarray(lm)
+    weights, q0 = _defaults(hand, lm, None if weights is None else jnp.asarray(weights), None, jnp)
+    init = solve(hand, lm, weights, config, iterations=0, check_units=False)
+    optimizer = optimizer or optax.adam(0.02)
+    params = dict(q=jnp.asarray(q0), phi=jnp.zeros(batch + (3,), lm.dtype), t=init.translation,
+                  logs=jnp.log(init.scale))
+    R0 = init.rotation
+
+    def rot(phi):
+        R = geo.so3_exp(jnp.moveaxis(phi, -1, 0))  # (3, 3, *batch)
+        return R0 @ jnp.moveaxis(R, (0, 1), (-2, -1))
+
+    def loss(p):
+        val = landmark_loss(hand, p["q"], rot(p["phi"]), p["t"], p["logs"], lm, weights, config)
+        if extra_loss is not None:
+            val = val + extra_loss(p["q"])
+        return jnp.sum(val)
+
+    @jax.jit
+    def run(params):
+        def body(carry, _):
+            p, s = carry
+            val, g = jax.value_and_grad(loss)(p)
+            upd, s = optimizer.update(g, s, p, value=val, grad=g, value_fn=loss)
+            return (optax.apply_updates(p, upd), s), val
+
+        (p, _), hist = jax.lax.scan(body, (params, optimizer.init(params)), None, length=steps)
+        return p, hist
+
+    p, _ = run(params)
+    from ..kinematics import coupled_angles, forward_keypoints
+
+    q = jnp.clip(p["q"], hand.lower, hand.upper)
+    R, s = rot(p["phi"]), jnp.exp(p["logs"])
+    kp = s[..., None, None] * jnp.einsum("...ij,...kj->...ki", R, forward_keypoints(hand, q)) + p["t"][..., None, :]
+    used = jnp.all(jnp.isfinite(lm), -1) & (weights > 0)
+    err = jnp.where(used, jnp.linalg.norm(kp - jnp.where(used[..., None], lm, 0.0), axis=-1), 0.0)
+    resid = jnp.sqrt(jnp.sum(err**2, -1) / jnp.maximum(jnp.sum(used, -1), 1))
+    c = landmark_loss(hand, q, R, p["t"], p["logs"], lm, weights, config)
+    return init._replace(angles=q, coupled=coupled_angles(hand, q), rotation=R, translation=p["t"], scale=s,
+                         keypoints=kp, residual=resid, errors=err, iterations=jnp.full(batch, steps, jnp.int32),
+                         converged=jnp.zeros(batch, bool), cost=c)
+
+
+def pose_from_palm(hand: HandModel, landmarks, weights=None, estimate_scale: bool = True):
+    """Closed-form wrist similarity from the palm landmarks: ``(rotation, translation, scale)``."""
+    r = solve(hand, landmarks, weights, iterations=0, estimate_scale=estimate_scale, check_units=False)
+    return r.rotation, r.translation, r.scale

@@ -1,0 +1,136 @@
+"""The solver's settings (:class:`SolverConfig`), its result (:class:`IKResult`) and the frame flags."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+__all__ = [
+    "SolverConfig", "IKResult", "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL",
+    "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_NAMES",
+]
+
+FLAG_TOO_FEW_LANDMARKS = 1  #: fewer than ``config.min_landmarks`` usable landmarks, or < 3 palm points
+FLAG_BAD_SCALE = 2  #: estimated hand scale outside [0.3, 3] × the model (units? wrong data?)
+FLAG_HIGH_RESIDUAL = 4  #: RMS residual above ``config.flag_residual``
+FLAG_MIRRORED = 8  #: the palm's chirality is that of the other hand
+FLAG_NOT_FINITE = 16  #: the fit is not finite (e.g. coordinates near float overflow); ``valid`` is False
+FLAG_NAMES = {FLAG_TOO_FEW_LANDMARKS: "too_few_landmarks", FLAG_BAD_SCALE: "bad_scale",
+              FLAG_HIGH_RESIDUAL: "high_residual", FLAG_MIRRORED: "mirrored", FLAG_NOT_FINITE: "not_finite"}
+
+_STATIC = ("coupling",)
+_INTEGER = ("iterations", "min_landmarks")
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverConfig:
+    """Settings of :func:`~wuji_jax.solve` (a pytree: ``coupling`` is static, part of the jit key; every
+    other field is traced, so changing it does not recompile).
+
+    Residuals are measured in units of 1 cm inside the solver; weights below are relative to (1 cm)²
+    of landmark error.
+
+    Attributes:
+        iterations: most Levenberg–Marquardt iterations after the closed-form start. A frame stops
+            earlier once converged (see ``tolerance``); a batch stops when all its frames have. 0: the
+            closed-form start only. 20 is where the bundled recordings' worst frames stop improving.
+        coupling: ``"hard"`` (the thumb rotation is the screw-home law of flex and abduction) or
+            ``"soft"`` (a variable of its own, penalised towards the law by ``coupling_weight``).
+        estimate_scale: fit the hand scale ``s`` (else ``s = 1``).
+        min_landmarks: frames with fewer usable landmarks are flagged and return the start pose.
+        huber_delta: metres; landmark errors beyond it count linearly (robust to outliers).
+        limit_weight: penalty per rad² of joint-limit violation.
+        prior_weight: pull towards the start angles (``q0``, default the neutral pose) per rad²; keeps
+            the joints of unseen fingers defined.
+        coupling_weight: soft coupling's penalty per rad² of deviation from the law.
+        damping: initial LM damping λ, relative to the diagonal of the Gauss–Newton matrix.
+        damping_min, damping_max: bounds of λ. After a step the gain ratio ρ (actual over predicted
+            cost decrease) scales λ by ``max(1/3, 1 − (2ρ − 1)³)`` when the cost fell, else by a factor
+            that doubles with each rejection in a row (Nielsen's rule); a frame whose λ would pass
+            ``damping_max`` has stalled and stops (not converged).
+        tolerance: a frame has converged when the step's predicted cost decrease is below
+            ``tolerance × cost`` (or the cost is below ``1e-12``): further steps cannot change the fit.
+        flag_residual: metres; frames with a larger RMS residual get :data:`FLAG_HIGH_RESIDUAL`.
+    """
+
+    iterations: int = 20
+    coupling: str = "hard"
+    estimate_scale: bool = True
+    min_landmarks: int = 8
+    huber_delta: float = 0.005
+    limit_weight: float = 100.0
+    prior_weight: float = 1e-4
+    coupling_weight: float = 10.0
+    damping: float = 1e-3
+    damping_min: float = 1e-9
+    damping_max: float = 1e6
+    tolerance: float = 1e-5
+    flag_residual: float = 0.02
+
+    def __post_init__(self):
+        if self.coupling not in ("hard", "soft"):
+            raise ValueError(f"coupling must be 'hard' or 'soft', got {self.coupling!r}")
+        if isinstance(self.iterations, int) and self.iterations < 0:
+            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+
+    def replace(self, **changes) -> "SolverConfig":
+        """A copy with some fields replaced; unknown names raise ``TypeError`` naming them."""
+        return dataclasses.replace(self, **changes)
+
+    def static(self) -> tuple:
+        """The static fields, ``(coupling,)``."""
+        return tuple(getattr(self, f) for f in _STATIC)
+
+    def numbers(self) -> dict:
+        """The traced fields by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _STATIC}
+
+    def as_arrays(self, dtype) -> "SolverConfig":
+        """This config with numpy scalars as its traced fields: ``dtype`` for the real numbers, int32 for
+        the counts, bool for ``estimate_scale`` (one jit cache entry for any values)."""
+        conv = {k: np.asarray(v, np.int32 if k in _INTEGER else bool if k == "estimate_scale" else dtype)
+                for k, v in self.numbers().items()}
+        return dataclasses.replace(self, **conv)
+
+
+jax.tree_util.register_dataclass(
+    SolverConfig, data_fields=[f.name for f in dataclasses.fields(SolverConfig) if f.name not in _STATIC],
+    meta_fields=list(_STATIC))
+
+
+class IKResult(NamedTuple):
+    """Output of :func:`~wuji_jax.solve` (a pytree; every field has the input's leading batch shape).
+
+    Attributes:
+        angles: ``(*batch, 20)`` joint angles, radians, within limits (seed ID order).
+        coupled: ``(*batch, M)`` coupled joint angles (``thumb_cmc_rot``), radians.
+        rotation: ``(*batch, 3, 3)`` wrist rotation, model wrist frame → input frame.
+        translation: ``(*batch, 3)`` wrist position in the input frame, metres.
+        scale: ``(*batch,)`` hand size relative to the model (1 = WG110v12 default).
+        keypoints: ``(*batch, 21, 3)`` fitted model keypoints in the input frame, metres.
+        residual: ``(*batch,)`` RMS distance between fitted and usable landmarks, metres.
+        errors: ``(*batch, 21)`` per-landmark distance, metres (0 where a landmark was masked).
+        valid: ``(*batch,)`` bool: enough usable landmarks and a finite fit.
+        converged: ``(*batch,)`` bool: LM stopped because no further step could lower the cost
+            (``SolverConfig.tolerance``), rather than at the iteration limit or stalled.
+        iterations: ``(*batch,)`` int32, LM iterations the frame ran (accepted or not).
+        flags: ``(*batch,)`` int32 bit set of ``FLAG_*``.
+        cost: ``(*batch,)`` the objective at the solution (:func:`~wuji_jax.landmark_loss`'s value).
+    """
+
+    angles: jax.Array
+    coupled: jax.Array
+    rotation: jax.Array
+    translation: jax.Array
+    scale: jax.Array
+    keypoints: jax.Array
+    residual: jax.Array
+    errors: jax.Array
+    valid: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+    flags: jax.Array
+    cost: jax.Array
