@@ -83,13 +83,12 @@ def split_kernel(config, hand, yb: np.ndarray, rows):
     """``(hand, landmarks) → dict``: the kernel that ``wj.solve`` runs for the batch ``yb`` when it
     splits it over the devices of ``rows`` (each device solves its rows, in chunks), with weights and
     the start pose already on the devices; the landmarks must be placed with ``rows``."""
-    from wuji_jax import solver as S
+    from wuji_jax.solver import api
 
-    kernel = S._split_kernel(rows.mesh, config._static(), False)
-    w, q0 = jax.device_put(S._defaults(hand, yb, None, None, np), rows)
-    cfg = S._traced_config(config, yb.dtype)
-    params = S._params_of(hand, yb.dtype)
-    return lambda h, y: kernel(h, y, w, q0, cfg, params)
+    kernel = api.split_kernel(rows.mesh)
+    w, q0 = jax.device_put(api.default_inputs(hand, yb, None, None, np), rows)
+    cfg = api.config_arrays(config, yb.dtype)
+    return lambda h, y: kernel(h, y, w, q0, cfg, np.bool_(False))
 
 
 def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, config=None) -> dict:

@@ -34,7 +34,7 @@ from .config import (FLAG_BAD_SCALE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT
 from .lm import REF, Problem, Variables, _Static, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
 
-__all__ = ["solve", "solve_rows", "solve_batch", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
+__all__ = ["solve", "solve_rows", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
            "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES"]
 
 #: frames solved at a time on one device; bigger batches loop over chunks of this size (the kernel's
@@ -71,10 +71,10 @@ def _problem(hand, ch, y, w, q0, soft):
                    one=1 + 0 * y[0, 0, 0])
 
 
-def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, warm: bool = False) -> dict:
+def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, warm=False) -> dict:
     """The solver on one flat batch: ``landmarks (B, 21, 3)`` (NaN: missing), ``weights (B, 21)``,
-    ``q0 (B, n)`` → a dict of :class:`IKResult` fields with leading axis ``B``. ``warm`` (static):
-    ``q0`` is a warm start, used where it fits better than the closed-form start."""
+    ``q0 (B, n)`` → a dict of :class:`IKResult` fields with leading axis ``B``. ``warm`` (a bool,
+    traced): ``q0`` is a warm start, used where it fits better than the closed-form start."""
     soft = config.coupling == "soft"
     dtype = landmarks.dtype
     hand = hand.astype(dtype)
@@ -99,10 +99,10 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     empty = jnp.zeros((0, B), dtype)
     qa = analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
     x = Variables(qa, coupled_rows(hand, qa) if soft else empty, R, t, logs)
-    if warm:  # keep q0 where it fits better than the closed-form angles
-        x0 = x._replace(q=q0, rot=prob.rot_prior)
-        c0, ca = (cost(hand, v, keypoints(hand, st, params, v, False)[0], prob, config, soft) for v in (x0, x))
-        x = jax.tree_util.tree_map(lambda a, b: jnp.where(c0 < ca, a, b), x0, x)
+    # a warm start: keep q0 where it fits better than the closed-form angles
+    x0 = x._replace(q=q0, rot=prob.rot_prior)
+    c0, ca = (cost(hand, v, keypoints(hand, st, params, v, False)[0], prob, config, soft) for v in (x0, x))
+    x = jax.tree_util.tree_map(lambda a, b: jnp.where(warm & (c0 < ca), a, b), x0, x)
     x, iters, converged = minimise(hand, st, params, prob, config, x, valid)
 
     # projection onto the limits; frames without enough landmarks keep their start pose
@@ -146,7 +146,7 @@ def _solve_chunked(hand, landmarks, weights, q0, config, warm=False) -> dict:
     return {k: jnp.swapaxes(v, 0, 1).reshape((n * size,) + v.shape[2:])[:B] for k, v in out.items()}
 
 
-def _defaults(hand, lm, weights, q0, xp):
+def default_inputs(hand, lm, weights, q0, xp):
     """``weights`` (all ones) and ``q0`` (the neutral pose) for ``lm (*batch, 21, 3)`` where ``None``."""
     batch = lm.shape[:-2]
     if weights is None:
@@ -156,11 +156,11 @@ def _defaults(hand, lm, weights, q0, xp):
     return weights, q0
 
 
-@functools.partial(jax.jit, static_argnames=("warm",))
+@jax.jit
 def solve_batch(hand, lm, weights, q0, config, warm=False) -> IKResult:
     """:func:`_solve_chunked` for any batch shape; defaults made inside the compiled call (a fresh
     host array costs a transfer per call)."""
-    weights, q0 = _defaults(hand, lm, weights, q0, jnp)
+    weights, q0 = default_inputs(hand, lm, weights, q0, jnp)
     batch = lm.shape[:-2]
     flat = math.prod(batch)
     out = _solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21), q0.reshape(flat, hand.num_joints),
@@ -169,13 +169,12 @@ def solve_batch(hand, lm, weights, q0, config, warm=False) -> IKResult:
 
 
 @functools.lru_cache(maxsize=16)
-def _split_kernel(mesh, warm):
+def split_kernel(mesh):
     """The solver with every device solving its own rows (``shard_map``: no communication)."""
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
-    local = lambda hand, lm, w, q0, config: _solve_chunked(hand, lm, w, q0, config, warm)  # noqa: E731
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
+    return jax.jit(jax.shard_map(_solve_chunked, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P()), out_specs=rows,
                                  check_vma=False))
 
 
@@ -188,7 +187,7 @@ def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
     args = [a.reshape((flat,) + a.shape[len(batch):]) for a in (lm, weights, q0)]
     if pad:
         args = [np.concatenate([a, np.repeat(a[-1:], pad, 0)]) for a in args]
-    out = _split_kernel(sharding.mesh, warm)(hand, *jax.device_put(args, sharding), config)
+    out = split_kernel(sharding.mesh)(hand, *jax.device_put(args, sharding), config, np.bool_(warm))
     return IKResult(**{k: v[:flat].reshape(batch + v.shape[1:]) for k, v in out.items()})
 
 
@@ -294,11 +293,44 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
     xp = jnp if traced else np
     lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
     cfg = config if is_traced(*jax.tree_util.tree_leaves(config)) else config_arrays(config, dtype)
+    hand = hand.replace(name="", side="")  # static fields the kernel never reads: left and right share a compile
     sharding = None if traced else split_over_devices(math.prod(lm.shape[:-2]))
     if sharding is not None:
-        weights, q0a = _defaults(hand, lm, weights, q0a, np)
+        weights, q0a = default_inputs(hand, lm, weights, q0a, np)
         return _solve_split(hand, lm, weights, q0a, cfg, sharding, warm)
-    return solve_batch(hand, lm, weights, q0a, cfg, warm=warm)
+    if traced:
+        return solve_batch(hand, lm, weights, q0a, cfg, jnp.asarray(warm))
+    return _solve_bucketed(hand, lm, weights, q0a, cfg, warm)
+
+
+def _bucket(frames: int) -> int:
+    """The batch size a flat batch of ``frames`` is padded to: a power of two ≥ 8 up to
+    :data:`CHUNK_FRAMES`, then a multiple of it (one compilation serves many batch sizes)."""
+    if frames > CHUNK_FRAMES:
+        return -(-frames // CHUNK_FRAMES) * CHUNK_FRAMES
+    return max(8, 1 << (frames - 1).bit_length())
+
+
+def _solve_bucketed(hand, lm, weights, q0a, cfg, warm) -> IKResult:
+    """:func:`solve_batch` on numpy inputs padded to :func:`_bucket`'s size with missing frames (which
+    are invalid and do not keep the solver's loop running); the padding is dropped from the result.
+    Weights and start pose are made here when not given, so one compilation serves every call."""
+    weights, q0a = default_inputs(hand, lm, weights, q0a, np)
+    batch = lm.shape[:-2]
+    flat = math.prod(batch)
+    pad = _bucket(flat) - flat
+    lm = lm.reshape(flat, 21, 3)
+    weights, q0a = (None if a is None else a.reshape((flat,) + a.shape[len(batch):]) for a in (weights, q0a))
+    if pad:
+        lm = np.concatenate([lm, np.full((pad, 21, 3), np.nan, lm.dtype)])
+        weights, q0a = (None if a is None else np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
+                        for a in (weights, q0a))
+    return _unpad(solve_batch(hand, lm, weights, q0a, cfg, np.bool_(warm)), flat, batch)
+
+
+@functools.partial(jax.jit, static_argnames=("flat", "batch"))
+def _unpad(out: IKResult, flat: int, batch: tuple) -> IKResult:
+    return IKResult(*(v[:flat].reshape(batch + v.shape[1:]) for v in out))
 
 
 
@@ -361,7 +393,7 @@ def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, we
     lm, weights, _ = check_solver_input(hand, landmarks, weights, None)
     batch = lm.shape[:-2]
     lm = jnp.asarray(lm)
-    weights, q0 = _defaults(hand, lm, None if weights is None else jnp.asarray(weights), None, jnp)
+    weights, q0 = default_inputs(hand, lm, None if weights is None else jnp.asarray(weights), None, jnp)
     init = solve(hand, lm, weights, config, iterations=0, check_units=False)
     optimizer = optimizer or optax.adam(0.02)
     params = dict(q=jnp.asarray(q0), phi=jnp.zeros(batch + (3,), lm.dtype), t=init.translation,
