@@ -1,8 +1,6 @@
-"""Gradients of a loss on the solved angles, through :func:`wuji_jax.solve` (unrolled reverse mode).
-
-In a file of its own: compiling the float64 reverse pass takes 2–4 minutes on a 2-core CPU, and the
-test runner hands whole files to its workers, so this one runs beside ``test_solver.py``.
-"""
+"""Gradients of a loss on the solved angles, through :func:`wuji_jax.solve`: the solver's derivative
+is that of its solution (one implicit Gauss–Newton step at the optimum), checked against central
+differences of the converged float64 solve."""
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +9,12 @@ import numpy as np
 import wuji_jax as wj
 from seed_table import reference_keypoints
 
+TIGHT = wj.SolverConfig(tolerance=1e-13, iterations=60)  # converged far enough for a finite difference
+
 
 def test_gradients_through_the_solver_match_finite_differences(right):
-    """Unrolled reverse-mode gradients of a loss on solved angles w.r.t. landmarks and a model leaf
-    (one gradient compilation for both), against central differences."""
+    """Reverse-mode gradients of a loss on solved angles w.r.t. landmarks and a model leaf (one
+    gradient compilation for both), against central differences."""
     q = np.asarray(wj.named_pose("victory")) * 0.6 + 0.1
     y = jnp.asarray(reference_keypoints(q))
     hand = right
@@ -22,7 +22,7 @@ def test_gradients_through_the_solver_match_finite_differences(right):
 
     def loss(y, z):
         h = hand.replace(origin_xyz=hand.origin_xyz.at[i, 2].set(z))
-        return jnp.sum(jnp.sin(wj.solve(h, y).angles[4:12]))
+        return jnp.sum(jnp.sin(wj.solve(h, y, config=TIGHT).angles[4:12]))
 
     z0 = hand.origin_xyz[i, 2]
     gy, gz = jax.grad(loss, argnums=(0, 1))(y, z0)

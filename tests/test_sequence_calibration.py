@@ -88,7 +88,7 @@ def test_calibration_learns_a_hyperextended_thumb_and_tilted_finger(right):
     q = rng.uniform(LOWER + 0.05, UPPER - 0.05, (48, 20)).astype(np.float32)
     q[:, 3] = rng.uniform(0.0, 0.4, 48)  # thumb IP: the default model would need -0.5 .. -0.1 rad
     y = np.asarray(wj.forward_keypoints(person, q))
-    worst = lambda h: np.max(np.mean(np.asarray(wj.solve(h, y, config=wj.SolverConfig(iterations=5)).errors), 0))
+    worst = lambda h: np.max(np.mean(np.asarray(wj.solve(h, y).errors), 0))
     before = worst(right)
     hand = wj.calibrate(right, y, rounds=3, steps=200)
     after = worst(hand)

@@ -90,9 +90,8 @@ def total(x, axis):
     """Sum over small axes (an int or a tuple) as adds of slices.
 
     XLA:CPU (jaxlib 0.10.2) runs a reduction over a non-minor axis 15–30× slower than the same sum
-    written as adds, which it fuses into one vectorised loop (``tests/test_geometry.py`` times
-    neither; ``benchmarks/bench_reduce.py`` shows it). The axes summed in the kernels have 3–21
-    entries, so the unrolled adds cost nothing in compile time.
+    written as adds, which it fuses into one vectorised loop (``benchmarks/bench_xla_cpu.py``). The
+    axes summed in the kernels have 3–21 entries.
     """
     for ax in sorted((axis,) if isinstance(axis, int) else axis, key=lambda a: a % x.ndim, reverse=True):
         ax = ax % x.ndim

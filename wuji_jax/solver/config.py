@@ -52,7 +52,7 @@ class SolverConfig:
             that doubles with each rejection in a row (Nielsen's rule); a frame whose λ would pass
             ``damping_max`` has stalled and stops (not converged).
         tolerance: a frame has converged when the step's predicted cost decrease is below
-            ``tolerance × cost`` (or the cost is below ``1e-12``): further steps cannot change the fit.
+            ``tolerance × cost`` (or the cost is below the dtype's ε): further steps cannot change the fit.
         flag_residual: metres; frames with a larger RMS residual get :data:`FLAG_HIGH_RESIDUAL`.
     """
 
