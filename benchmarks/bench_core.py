@@ -217,7 +217,7 @@ def main(argv=None) -> dict:
                    config=wj.SolverConfig().numbers() | {"coupling": wj.SolverConfig().coupling})
     if not args.no_json:
         kind = slug(jax.devices()[0].device_kind)
-        print("wrote", write_json(f"core_{kind}.json", payload))
+        print("wrote", write_json("core", payload))
     return payload
 
 

@@ -127,3 +127,22 @@ def test_package_uses_public_jax_only():
             if re.search(r"jax\._src|xla_client|xla_extension|jaxlib\.", line):
                 hits.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
     assert not hits, hits
+
+
+def test_non_finite_fits_are_flagged_not_reported_valid(right):
+    """Frames with coordinates near float32 overflow inside a normal batch: flagged, not valid, angles
+    at the (finite, within-limits) start pose; the other frames are solved as alone."""
+    from wuji_jax.solver import FLAG_NOT_FINITE
+
+    rng = np.random.default_rng(6)
+    q = rng.uniform(LOWER + 0.02, UPPER - 0.02, size=(8, 20))
+    y = np.stack([reference_keypoints(x) for x in q]).astype(np.float32)
+    bad = y.copy()
+    bad[2:4] *= 1e30
+    res = wj.solve(right, bad, check_units=False)
+    a = np.asarray(res.angles)
+    assert np.all(np.isfinite(a)) and np.all(a >= LOWER - 1e-6) and np.all(a <= UPPER + 1e-6)
+    assert not np.any(np.asarray(res.valid)[2:4]) and np.all(np.asarray(res.flags)[2:4] & FLAG_NOT_FINITE)
+    good = [0, 1, 4, 5, 6, 7]
+    assert np.all(np.asarray(res.valid)[good]) and not np.any(np.asarray(res.flags)[good] & FLAG_NOT_FINITE)
+    np.testing.assert_allclose(a[good], np.asarray(wj.solve(right, y[good]).angles), atol=1e-6)

@@ -108,6 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"unexpected {type(e).__name__}: {e}", 1)
 
 
+def _default_iterations() -> int:
+    from .solver.config import SolverConfig
+
+    return SolverConfig().iterations
+
+
 def _start_jax(args) -> None:
     """JAX's settings for this run, before any JAX computation: the persistent compilation cache and
     one CPU device per core. ``main`` called from a running program whose JAX has started keeps that
@@ -332,7 +338,8 @@ def _solve_parser(sub) -> None:
                    help="frames per chunk, the unit of memory use and of resumption (default: 4096)")
     p.add_argument("--no-resume", action="store_true", help="start over instead of reusing finished chunks")
     p.add_argument("--iterations", type=int, default=None, metavar="N",
-                   help="Levenberg-Marquardt iterations per frame (default: the solver's, 20)")
+                   help=f"most Levenberg-Marquardt iterations per frame; a frame stops earlier once converged "
+                        f"(default: the solver's, {_default_iterations()})")
     p.add_argument("--format", choices=_SOLVE_FORMATS, default=None,
                    help="output format when -o has no extension (default: parquet, npz without pyarrow)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",

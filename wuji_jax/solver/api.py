@@ -107,9 +107,17 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
 
     # projection onto the limits; frames without enough landmarks keep their start pose
     lo, hi = hand.lower[:, None], hand.upper[:, None]
-    q = jnp.where(valid, jnp.clip(x.q, lo, hi), jnp.clip(q0, lo, hi))
-    rot = jnp.clip(x.rot, hand.mimic_lower[:, None], hand.mimic_upper[:, None]) if soft else coupled_rows(hand, q)
-    x = x._replace(q=q, rot=rot if soft else empty)
+    q_start = jnp.clip(q0, lo, hi)
+    q = jnp.where(valid, jnp.clip(x.q, lo, hi), q_start)
+    # a fit that is not finite (coordinates near float overflow) is flagged and returns the start pose
+    finite_fit = (geo.total(jnp.isfinite(q).astype(jnp.int32), 0) == n) & jnp.isfinite(x.logs) \
+        & (geo.total(jnp.isfinite(x.R).astype(jnp.int32), (0, 1)) == 9) & (geo.total(jnp.isfinite(x.t).astype(jnp.int32), 0) == 3)
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=dtype)[..., None], x.R.shape)
+    keep = lambda a, start: jnp.where(finite_fit, a, start)  # noqa: E731
+    q = keep(q, q_start)
+    rot = keep(jnp.clip(x.rot, hand.mimic_lower[:, None], hand.mimic_upper[:, None]), coupled_rows(hand, q)) \
+        if soft else coupled_rows(hand, q)
+    x = Variables(q, rot if soft else empty, keep(x.R, eye), keep(x.t, 0.0), keep(x.logs, 0.0))
     kp, _ = keypoints(hand, st, params, x, False)
     c = cost(hand, x, kp, prob, config, soft)
     s = jnp.exp(x.logs)
@@ -117,8 +125,8 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     d = fit - y
     ss = geo.dot(d, d)
     errs = jnp.where(used, jnp.sqrt(jnp.where(used, ss, 1.0)), 0.0)  # (21, B)
-    resid = jnp.sqrt(jnp.maximum(jnp.sum(errs * errs, 0) / jnp.maximum(n_valid, 1), 1e-30))
-    finite_fit = jnp.isfinite(resid) & jnp.isfinite(c) & (geo.total(jnp.isfinite(q).astype(jnp.int32), 0) == q.shape[0])
+    resid = jnp.sqrt(jnp.maximum(geo.total(errs * errs, 0) / jnp.maximum(n_valid, 1), 1e-30))
+    finite_fit = finite_fit & jnp.isfinite(resid) & jnp.isfinite(c)
     flags = (jnp.where(valid, 0, FLAG_TOO_FEW_LANDMARKS)
              | jnp.where((s < 0.3) | (s > 3.0), FLAG_BAD_SCALE, 0)
              | jnp.where(resid > config.flag_residual, FLAG_HIGH_RESIDUAL, 0)
@@ -126,7 +134,7 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
              | jnp.where(finite_fit, 0, FLAG_NOT_FINITE)).astype(jnp.int32)
     return dict(angles=q.T, coupled=rot.T, rotation=jnp.transpose(x.R, (2, 0, 1)), translation=x.t.T, scale=s,
                 keypoints=jnp.transpose(fit, (2, 1, 0)), residual=resid, errors=errs.T, valid=valid & finite_fit,
-                converged=converged & valid, iterations=iters, flags=flags, cost=c)
+                converged=converged & valid & finite_fit, iterations=iters, flags=flags, cost=c)
 
 
 def _solve_chunked(hand, landmarks, weights, q0, config, warm=False) -> dict:
