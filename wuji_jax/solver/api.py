@@ -31,7 +31,7 @@ from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
 from .config import (FLAG_BAD_SCALE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
-from .lm import REF, Problem, Variables, _Static, cost, keypoints, minimise
+from .lm import Problem, Structure, Variables, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
@@ -80,7 +80,7 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     hand = hand.astype(dtype)
     ch = chains_of(hand, soft)
     params = chain_params(hand, ch)
-    st = _Static(ch, soft)
+    st = Structure(ch, soft)
     n, B = hand.num_joints, landmarks.shape[0]
 
     finite = jnp.all(jnp.isfinite(landmarks), -1)
@@ -382,7 +382,7 @@ def landmark_loss(hand: HandModel, q, rotation, translation, log_scale, landmark
     rot = coupled_rows(hand, qT) if coupled is None else flat(coupled, (len(hand.mimic_sources),)).T
     x = Variables(qT, rot if soft else jnp.zeros((0, qT.shape[1]), dtype), jnp.transpose(flat(rotation, (3, 3)), (1, 2, 0)),
                   flat(translation, (3,)).T, flat(log_scale, ()))
-    st = _Static(ch, soft)
+    st = Structure(ch, soft)
     kp, _ = keypoints(hand, st, chain_params(hand, ch), x, False)
     return cost(hand, x, kp, prob, config, soft).reshape(batch)
 

@@ -48,7 +48,7 @@ from ..chains import ChainParams, Chains, coupled_rows, fk, link_angles, variabl
 from ..model import HandModel
 from .config import SolverConfig
 
-__all__ = ["REF", "Problem", "Variables", "LMState", "cost", "normal_equations", "gauss_newton_step", "step",
+__all__ = ["REF", "Structure", "Problem", "Variables", "LMState", "cost", "normal_equations", "gauss_newton_step", "step",
            "minimise", "chol_solve", "huber"]
 
 REF = 0.01  #: metres: residuals are measured in units of 1 cm inside the solver
@@ -107,7 +107,7 @@ class LMState(NamedTuple):
     i: jax.Array
 
 
-class _Static(NamedTuple):
+class Structure(NamedTuple):
     """What the kernel's structure depends on (hashable)."""
 
     ch: Chains
@@ -125,7 +125,7 @@ def _coupled(hand, x: Variables, soft: bool):
     return x.rot if soft else coupled_rows(hand, x.q)
 
 
-def keypoints(hand, st: _Static, params: ChainParams, x: Variables, jacobian: bool):
+def keypoints(hand, st: Structure, params: ChainParams, x: Variables, jacobian: bool):
     """The chains' keypoints (and link Jacobian) at ``x``."""
     return fk(params, st.ch, link_angles(st.ch, x.q, _coupled(hand, x, st.soft)), jacobian)
 
@@ -198,7 +198,7 @@ def chol_solve(A, b, one=None):
     return jnp.stack(xs)
 
 
-def normal_equations(hand, st: _Static, x: Variables, kp, J, prob: Problem, cfg: SolverConfig):
+def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cfg: SolverConfig):
     """The Gauss–Newton system at ``x``, with IRLS weights for the Huber loss and the penalties.
 
     Returns:
@@ -292,7 +292,7 @@ def _apply(ch: Chains, x: Variables, dq, dp, soft: bool, cfg: SolverConfig) -> V
                      R=geo.matmul(x.R, geo.so3_exp(dp[:3])), t=x.t + geo.matvec(x.R, dp[3:6]) * REF, logs=logs)
 
 
-def step(hand, st: _Static, params: ChainParams, prob: Problem, cfg: SolverConfig, s: LMState) -> LMState:
+def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverConfig, s: LMState) -> LMState:
     """One LM iteration on every active frame: solve the damped system, evaluate the trial point (with
     its Jacobian, which the next iteration uses where the trial is accepted), accept it where the cost
     fell, update the damping (Nielsen) and test for convergence."""
@@ -317,7 +317,7 @@ def step(hand, st: _Static, params: ChainParams, prob: Problem, cfg: SolverConfi
                    converged=converged, active=s.active & ~done & ~stalled, i=s.i + 1)
 
 
-def _loop(st: _Static, theta, x0: Variables, active):
+def _loop(st: Structure, theta, x0: Variables, active):
     hand, params, prob, cfg = theta
     kp, J = keypoints(hand, st, params, x0, True)
     B = kp.shape[-1]
@@ -331,7 +331,7 @@ def _loop(st: _Static, theta, x0: Variables, active):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _minimise(st: _Static, theta, x0: Variables, active):
+def _minimise(st: Structure, theta, x0: Variables, active):
     return _loop(st, theta, x0, active)
 
 
@@ -357,7 +357,7 @@ def _minimise_jvp(st, primals, tangents):
     return (x, iterations, converged), (dx, zero(iterations), zero(converged))
 
 
-def minimise(hand: HandModel, st: _Static, params: ChainParams, prob: Problem, cfg: SolverConfig, x0: Variables,
+def minimise(hand: HandModel, st: Structure, params: ChainParams, prob: Problem, cfg: SolverConfig, x0: Variables,
              active):
     """Run LM from ``x0`` on the frames where ``active (B,)``; returns the variables, the iterations
     each frame ran and whether it converged. Differentiable in ``hand``, ``params``, ``prob`` and
