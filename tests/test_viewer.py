@@ -1,6 +1,7 @@
 """``wuji_jax.viewer``: the self-contained HTML page, its embedded joint table, ``wuji-jax view``, and —
 in headless chromium — the page's joint list, click panel and JS forward kinematics against wuji_jax's."""
 
+import html
 import json
 import re
 import shutil
@@ -8,6 +9,7 @@ import subprocess
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import quote
 
 import jax
 import numpy as np
@@ -18,7 +20,7 @@ import matplotlib.image  # noqa: E402  (the test extra installs it)
 import wuji_jax as wj
 from wuji_jax.cli import main
 from wuji_jax.model import rpy_to_matrix
-from wuji_jax.viewer import viewer_data, write_viewer
+from wuji_jax.viewer import _SCRIPT, viewer_data, write_viewer
 
 TOL = 1e-9  # metres: JS float64 FK against wuji_jax float64 FK (conftest enables x64)
 
@@ -186,6 +188,7 @@ class _Dom(HTMLParser):
         self.fields: dict[str, dict] = {}
         self.pre: dict[str, str] = {}
         self.h2: list[str] = []
+        self.text: dict[str, str] = {}  # the text of <title> and <h1>
         self._open: list = []  # (tag, sink) of elements whose text is collected
         self.feed(text)
 
@@ -205,6 +208,9 @@ class _Dom(HTMLParser):
         elif tag == "h2":
             self.h2.append("")
             self._open.append(("h2", None))
+        elif tag in ("title", "h1"):
+            self.text[tag] = ""
+            self._open.append((tag, tag))
 
     def handle_endtag(self, tag):
         if tag == "tr":
@@ -220,6 +226,8 @@ class _Dom(HTMLParser):
             sink["text"] += data
         elif tag == "pre":
             self.pre[sink] += data
+        elif tag in ("title", "h1"):
+            self.text[tag] += data
         else:
             self.h2[-1] += data
 
@@ -316,3 +324,128 @@ def test_browser_screenshot(right, tmp_path):
     for hexcolor in ("#c2255c", "#1971c2", "#2f9e44", "#e8590c", "#7048e8"):  # the five fingers
         rgb = np.array([int(hexcolor[i:i + 2], 16) / 255 for i in (1, 3, 5)])
         assert (np.abs(canvas - rgb).max(-1) < 0.08).sum() > 40, hexcolor
+
+
+# ------------------------------------------------------------------- hostile names (script injection)
+
+_PWN = "document.body.dataset.pwned=1"  # what an injected script or handler would do; the tests look for it
+HOSTILE = (
+    "__DATA__", "__SCRIPT__", "__TITLE__",
+    f"</script><script>{_PWN}</script>",
+    f"<img src=x onerror={_PWN}>",
+    f"<svg onload={_PWN}>",
+    f"<!--<script>{_PWN}//",
+    "\"'&amp;\u2028\u2029",
+)
+HOSTILE_TITLE = "T|" + "|".join(HOSTILE)
+HOSTILE_FILE = f"<img src=x onerror={_PWN}>__DATA__.npy"  # the issue's example, as an angle file's name
+
+
+def _hostile_hand(hand):
+    """``hand`` with a hostile robot name and every link and joint name carrying a payload (names unique)."""
+    pay = lambda k, s: s + HOSTILE[k % len(HOSTILE)] if s else s
+    joints = {old: pay(k, old) for k, old in enumerate(hand.joint_of_link)}
+    return hand.replace(
+        name="R" + "".join(HOSTILE),
+        link_names=tuple(pay(k + 3, s) for k, s in enumerate(hand.link_names)),
+        joint_of_link=tuple(joints[s] for s in hand.joint_of_link),
+        joint_names=tuple(joints[s] for s in hand.joint_names),
+    )
+
+
+class _Tags(HTMLParser):
+    """The page's element structure (tag and attribute names) and the text of <title> and <h1>."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list = []
+        self.text: dict[str, str] = {}
+        self._in = None
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, tuple(sorted(k for k, _ in attrs))))
+        self._in = tag if tag in ("title", "h1") else None
+        if self._in:
+            self.text[tag] = ""
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in:
+            self.text[self._in] += data
+
+
+def _assert_inert(page: str, title: str, reference: str):
+    """``page`` has the element structure of ``reference`` (a page with tame names): no tag, attribute,
+    comment or script smuggled in; <title> and <h1> show ``title`` exactly; the JSON block holds no
+    ``<``, ``>``, ``&``, U+2028 or U+2029 (written as ``\\uXXXX``)."""
+    low = page.lower()
+    assert low.count("<script") == 2 and low.count("</script>") == 2
+    for needle in ("<img", "<svg", "<!--"):
+        assert needle not in low, needle
+    got, ref = _Tags(page), _Tags(reference)
+    assert got.tags == ref.tags
+    assert got.text == {"title": title, "h1": title}
+    m = re.search(r'<script type="application/json" id="wuji-data">(.*?)</script>', page, re.S)
+    assert not set(m.group(1)) & set("<>&\u2028\u2029")
+
+
+def test_hostile_names_are_escaped(right):
+    """Titles, robot, link and joint names with placeholders and markup: the page's structure is the
+    template's, the text reads back exactly, and the embedded JSON parses back to the same strings."""
+    hand = _hostile_hand(right)
+    reference = write_viewer(right, title="T")
+    for title in (HOSTILE_TITLE, None, *HOSTILE):
+        page = write_viewer(hand, title=title)
+        d = _embedded(page)
+        want = title if title is not None else f"Right hand — kinematic tree ({hand.name})"
+        assert d["title"] == want and d["name"] == hand.name
+        assert [lk["name"] for lk in d["links"]] == list(hand.link_names)
+        assert [lk["joint"] for lk in d["links"]] == list(hand.joint_of_link)
+        assert [j["name"] for j in d["joints"]] == list(hand.joint_names)
+        assert [c["name"] for c in d["couplings"]] == list(hand.mimic_names)
+        _assert_inert(page, want, reference)
+    assert viewer_data(hand, title=HOSTILE_TITLE)["title"] == HOSTILE_TITLE  # the data is not escaped twice
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function("):
+        assert sink not in _SCRIPT, sink  # names reach the DOM only as textContent, dataset or properties
+
+
+def test_cli_view_hostile_file_name(tmp_path, monkeypatch, capsys, right):
+    """``wuji-jax view "<img src=x onerror=...>__DATA__.npy"``: the name is shown, never run."""
+    monkeypatch.chdir(tmp_path)
+    np.save(HOSTILE_FILE, np.zeros((2, 20)))
+    assert main(["view", HOSTILE_FILE, "-o", "h.html"]) == 0
+    capsys.readouterr()
+    page = Path("h.html").read_text(encoding="utf-8")
+    title = f"WG110v12 right hand — angles from {HOSTILE_FILE}"
+    assert _embedded(page)["title"] == title
+    _assert_inert(page, title, write_viewer(right, title="T"))
+
+
+def test_browser_hostile_names_run_no_script(right, tmp_path, monkeypatch, capsys):
+    """In chromium, hostile names (an angle file's name through the CLI; title, robot, links, joints) run
+    nothing (no ``data-pwned``) while the viewer's own script runs: it lists the joints, fills the panel
+    of a hostile joint selected through the URL hash, and the names show as text."""
+    monkeypatch.chdir(tmp_path)
+    np.save(HOSTILE_FILE, np.zeros((1, 20)))
+    assert main(["view", HOSTILE_FILE, "-o", "cli.html"]) == 0
+    capsys.readouterr()
+    dom = _Dom(_browse((tmp_path / "cli.html").as_uri(), "--dump-dom"))
+    assert "data-pwned" not in dom.body and dom.body.get("data-ready") == "1"
+    assert dom.joints == _revolute_names(right)
+    title = f"WG110v12 right hand — angles from {HOSTILE_FILE}"
+    assert dom.text == {"title": title, "h1": title}
+
+    hand = _hostile_hand(right)
+    name = next(n for n in hand.joint_names if "<img" in n)  # no "&": the hash is split at "&"
+    dom = _page(hand, tmp_path, hash_="#select=" + quote(name, safe=""), title=HOSTILE_TITLE)
+    assert "data-pwned" not in dom.body
+    assert dom.body["data-selected"] == name and dom.h2 == [name]
+    link = hand.link_names[hand.joint_of_link.index(name)]
+    assert dom.fields["child"]["text"] == dom.fields["child"]["value"] == link
+    assert dom.fields["parent"]["text"] == hand.link_names[hand.parents[hand.link_names.index(link)]]
+    assert dom.text == {"title": HOSTILE_TITLE, "h1": HOSTILE_TITLE}
+    assert len(json.loads(dom.pre["keypoints-json"])) == 21

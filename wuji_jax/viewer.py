@@ -20,6 +20,14 @@ A URL hash ``#select=NAME&q=A0,...,A19`` (radians, CSV or a JSON list; also ``fr
 ``click=NAME``, a synthetic click at the joint's dot) selects and poses the hand through the same
 code as a click and the sliders. From scripts: ``window.wujiViewer.keypoints()``, ``.setPose(q)``,
 ``.select(name)``.
+
+Names are data, never markup: the title, robot, link and joint names (from a URDF, an argument or an
+angle file's name) are HTML-escaped (``html.escape(..., quote=True)``) where the page shows them as
+HTML (``<title>``, ``<h1>``); in the embedded JSON every ``<``, ``>``, ``&``, U+2028 and U+2029 is
+written as ``\\u003c``, ``\\u003e``, ``\\u0026``, ``\\u2028``, ``\\u2029``, so no name can close the
+``<script>`` block or open a comment in it; the template is filled in one pass, so text inserted for one
+placeholder is never read as another; and the page's script puts names into the DOM only as
+``textContent``, ``dataset`` values and properties (no ``innerHTML``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import html
 import json
 import math
 import os
+import re
 
 import numpy as np
 
@@ -38,6 +47,23 @@ __all__ = ["write_viewer", "viewer_data"]
 
 _KINDS = {FIXED: "fixed", ACTIVE: "active"}  # anything else: "coupled" (mimic)
 _FPS = 30.0
+_PLACEHOLDER = re.compile(r"__(TITLE|SCRIPT|DATA)__")
+# Characters that could end the <script> block, open a comment in it (``</script>``, ``<!--``) or an
+# entity, or end a line in older JavaScript parsers; JSON only has them inside strings, where the
+# ``\uXXXX`` escapes read back as the same characters.
+_JSON_IN_SCRIPT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                 "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _script_json(data) -> str:
+    """``data`` as compact JSON that is safe as the text of a ``<script type="application/json">``."""
+    return json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False).translate(_JSON_IN_SCRIPT)
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    """``template`` with each ``__NAME__`` replaced by ``values[NAME]`` in one pass: the inserted text is
+    never scanned again, so a value holding ``__DATA__`` stays text."""
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
 def _finite_or_none(x: float):
@@ -167,13 +193,14 @@ def write_viewer(hand: HandModel, q=None, path=None, *, landmarks=None, title: s
         title: page title; default names the model and side.
 
     Returns:
-        The HTML text (UTF-8, no external resources).
+        The HTML text (UTF-8, no external resources). Names never become markup: the title is
+        HTML-escaped in ``<title>`` and ``<h1>``; the embedded JSON writes ``<``, ``>``, ``&``, U+2028
+        and U+2029 as ``\\uXXXX`` escapes (it parses back to the same strings); the template is filled
+        in one pass (a name holding ``__DATA__`` or ``__SCRIPT__`` stays text).
     """
     data = viewer_data(hand, q, landmarks=landmarks, title=title)
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")  # cannot close the <script>
-    page = (_TEMPLATE.replace("__TITLE__", html.escape(data["title"]))
-            .replace("__SCRIPT__", _SCRIPT).replace("__DATA__", payload))
+    page = _fill(_TEMPLATE, dict(TITLE=html.escape(str(data["title"]), quote=True), SCRIPT=_SCRIPT,
+                                 DATA=_script_json(data)))
     if path is not None:
         path = os.fspath(path)
         parent = os.path.dirname(path)
@@ -309,8 +336,8 @@ D.joints.forEach((j, k) => {
   D.couplings.forEach((c) => { if (c.source === k) revolute.push(c.link); });
   revolute.push(j.link);
 });
-const byName = {};
-revolute.forEach((i) => { byName[L[i].joint] = i; });
+const byName = new Map();  // a Map: a joint named "__proto__" or "constructor" is just a name
+revolute.forEach((i) => { byName.set(L[i].joint, i); });
 const S = {
   q: D.frames[0].slice(), frame: 0, edited: false, F: null, selected: null, hover: null,
   view: null, zoom: 1, pan: [0, 0], playing: false, center: [0, 0, 0], radius: 0.1,
@@ -499,8 +526,8 @@ function renderPanel() {
   panel.replaceChildren(h, t);
 }
 function select(name) {
-  if (!(name in byName)) throw new Error("unknown joint " + name);
-  S.selected = byName[name];
+  if (!byName.has(name)) throw new Error("unknown joint " + name);
+  S.selected = byName.get(name);
   document.body.dataset.selected = name;
   document.querySelectorAll("#joint-list li").forEach((li) => li.classList.toggle("selected", li.dataset.joint === name));
   renderPanel();
@@ -577,7 +604,7 @@ function tick(t) {
 }
 function togglePlay() {
   S.playing = !S.playing;
-  $("play").innerHTML = S.playing ? "&#10074;&#10074;" : "&#9654;";
+  $("play").textContent = S.playing ? "\u275a\u275a" : "\u25b6";
   if (S.playing) requestAnimationFrame(tick);
 }
 
@@ -633,7 +660,8 @@ canvas.addEventListener("wheel", (e) => {
 }, { passive: false });
 function resetView() { S.view = homeView(); S.zoom = 1; S.pan = [0, 0]; redraw(); }
 function clickJoint(name) {  // a synthetic click on the joint's dot, through the pointer handlers
-  const p = project(S.F.pos[byName[name]]), r = canvas.getBoundingClientRect();
+  if (!byName.has(name)) throw new Error("unknown joint " + name);
+  const p = project(S.F.pos[byName.get(name)]), r = canvas.getBoundingClientRect();
   const o = { clientX: r.left + p[0], clientY: r.top + p[1], bubbles: true, button: 0, pointerId: 1, isPrimary: true };
   canvas.dispatchEvent(new PointerEvent("pointerdown", Object.assign({ buttons: 1 }, o)));
   canvas.dispatchEvent(new PointerEvent("pointerup", Object.assign({ buttons: 0 }, o)));
