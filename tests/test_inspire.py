@@ -591,3 +591,190 @@ def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
     assert len(lines) == 2 and lines[0]["topic"] == "/inspire_hand/ctrl/right_hand"
     first = np.asarray(lines[0]["msg"]["position"])
     assert np.all(first > 0.9)
+
+
+# ------------------------------------------------------------------------- data safety (issue case 9)
+
+
+def _cli_error(argv) -> str:
+    """The CLI's error for ``argv``: a ValueError (the main CLI's UsageError, exit 2) of one line."""
+    from wuji_jax import inspire_cli
+
+    with pytest.raises(ValueError) as e:
+        inspire_cli.main(argv)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_joint_limit_violations(right):
+    lo, up = np.asarray(right.lower), np.asarray(right.upper)
+    q = np.zeros((4, 20))
+    q[0] = up + 0.49  # overshoot within the tolerance: fine
+    q[1] = lo - 0.49
+    q[2, 6] = 100.0
+    q[2, 1] = lo[1] - 0.51
+    q[3, 0], q[3, 19] = np.nan, -np.inf
+    bad = wi.joint_limit_violations(q, right)
+    assert bad.shape == (4, 20) and bad.dtype == bool
+    assert not bad[:2].any()
+    assert sorted(np.flatnonzero(bad[2])) == [1, 6] and sorted(np.flatnonzero(bad[3])) == [0, 19]
+    assert wi.joint_limit_violations(q[0], right, tolerance=0.1).all()
+    assert not wi.joint_limit_violations(np.zeros(20)).any()
+    assert wi.ANGLE_LIMIT_TOLERANCE == 0.5
+    with pytest.raises(ValueError, match="tolerance"):
+        wi.joint_limit_violations(q, right, tolerance=-1)
+    with pytest.raises(ValueError, match=r"shape \(\*batch, 20\)"):
+        wi.joint_limit_violations(np.zeros(19))
+    # the library itself still clamps (solver output is within the limits anyway): documented, not refused
+    np.testing.assert_array_equal(np.asarray(wi.to_inspire(q[2]))[FORE], 0.0)
+
+
+def test_cli_refuses_angles_far_outside_joint_limits(tmp_path, right):
+    q = np.stack([named_pose("open")] * 3 + [named_pose("fist")] * 3)
+    lo, up = np.asarray(right.lower), np.asarray(right.upper)
+    ok = q.copy()
+    ok[1] = np.clip(ok[1] + 0.3, None, up + 0.3)  # slightly beyond the upper limits: accepted, clamped
+    ok[2] = lo - 0.3
+    np.save(tmp_path / "ok.npy", ok)
+    out = tmp_path / "ok.jsonl"
+    from wuji_jax import inspire_cli
+
+    assert inspire_cli.main(["inspire", "--angles", str(tmp_path / "ok.npy"), "-o", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 6
+
+    far = q.copy()
+    far[4, 6] = 100.0  # frame 4, index_finger_pip
+    np.save(tmp_path / "far.npy", far)
+    out = tmp_path / "far.jsonl"
+    msg = _cli_error(["inspire", "--angles", str(tmp_path / "far.npy"), "-o", str(out)])
+    assert str(tmp_path / "far.npy") in msg and "frame 4" in msg and "index_finger_pip" in msg
+    assert "100 rad" in msg and "0.5 rad" in msg and "--degrees" in msg
+    assert not out.exists()  # nothing written
+
+    # degrees read as radians: every bent joint is far out; the first is named, the rest counted
+    np.savetxt(tmp_path / "deg.csv", np.rad2deg(q), delimiter=",")
+    msg = _cli_error(["inspire", "--angles", str(tmp_path / "deg.csv"), "--format", "csv"])
+    assert "deg.csv: frame 3, joint thumb_cmc_flex" in msg and "more bad angle(s) in 3 frame(s)" in msg
+    # ... and with --degrees the value is reported as read
+    bad_deg = np.rad2deg(far)
+    msg = _cli_error(["inspire", "--angles", str(_save(tmp_path / "far_deg.npy", bad_deg)), "--degrees"])
+    assert "frame 4, joint index_finger_pip" in msg and f"{np.rad2deg(100.0):.6g} deg" in msg
+
+    nan = q.copy()
+    nan[2, 17] = np.nan
+    np.savez(tmp_path / "nan.npz", angles=nan, timestamps=np.arange(6) * 0.1)
+    msg = _cli_error(["inspire", "--angles", str(tmp_path / "nan.npz")])
+    assert "nan.npz: frame 2, joint pinky_mcp_abd" in msg and "nan" in msg
+
+    # reference poses are angles too
+    np.save(tmp_path / "open.npy", named_pose("open"))
+    np.save(tmp_path / "fist.npy", np.stack([named_pose("fist"), far[4]]))
+    msg = _cli_error(["inspire", "--angles", str(tmp_path / "ok.npy"), "--reference", f"open={tmp_path / 'open.npy'}",
+                      "--reference", f"fist={tmp_path / 'fist.npy'}"])
+    assert f"--reference fist={tmp_path / 'fist.npy'}: frame 1, joint index_finger_pip" in msg
+
+
+def _save(path, arr):
+    np.save(path, arr)
+    return path
+
+
+def test_cli_timestamps_fit_ros_stamps(tmp_path, capsys):
+    from wuji_jax import inspire_cli
+
+    q = np.stack([named_pose("open")] * 4)
+    take = str(_save(tmp_path / "take.npy", q))
+    for fmt in ("jsonl", "csv"):
+        msg = _cli_error(["inspire", "--angles", take, "--format", fmt, "--start-time", "-0.05", "--fps", "10"])
+        assert f"{take}: frame 0: timestamp -0.05 s" in msg and "negative" in msg
+    # 2**31 - 1 + 0.5 s is the last frame that fits; the next one (2**31) does not
+    msg = _cli_error(["inspire", "--angles", take, "--start-time", str(2**31 - 1), "--fps", "2"])
+    assert f"{take}: frame 2: timestamp 2147483648.0 s" in msg and "int32" in msg
+    msg = _cli_error(["inspire", "--angles", take, "--start-time", "nan"])
+    assert "frame 0" in msg and "not finite" in msg
+
+    np.savez(tmp_path / "ns.npz", angles=q, timestamps=1.7e18 + np.arange(4) * 1e7)  # nanoseconds, not seconds
+    msg = _cli_error(["inspire", "--angles", str(tmp_path / "ns.npz")])
+    assert "ns.npz: frame 0" in msg and "not ms/us/ns" in msg
+    np.savez(tmp_path / "gap.npz", angles=q, timestamps=[0.0, 0.1, np.inf, 0.3])
+    assert "gap.npz: frame 2" in _cli_error(["inspire", "--angles", str(tmp_path / "gap.npz")])
+    np.savez(tmp_path / "back.npz", angles=q, timestamps=[0.0, 0.2, 0.1, 0.3])
+    msg = _cli_error(["inspire", "--angles", str(tmp_path / "back.npz")])
+    assert "back.npz: frame 2" in msg and "non-decreasing" in msg
+
+    # at the edge: stamps fit, nanosec in [0, 1e9)
+    capsys.readouterr()
+    assert inspire_cli.main(["inspire", "--angles", take, "--start-time", str(2**31 - 3 + 0.9999999999),
+                             "--fps", "2"]) == 0
+    stamps = [json.loads(s)["msg"]["header"]["stamp"] for s in capsys.readouterr().out.splitlines()]
+    assert stamps == [{"sec": 2**31 - 2, "nanosec": 0}, {"sec": 2**31 - 2, "nanosec": 500_000_000},
+                      {"sec": 2**31 - 1, "nanosec": 0}, {"sec": 2**31 - 1, "nanosec": 500_000_000}]
+
+
+def test_stamps_fit_ros_time():
+    ok = np.full(6, 0.5)
+    stamp = lambda t: wi.ctrl_message(ok, "right", t)["msg"]["header"]["stamp"]  # noqa: E731
+    assert stamp(1.9999999999) == {"sec": 2, "nanosec": 0}
+    assert stamp(2**31 - 0.5) == {"sec": 2**31 - 1, "nanosec": 500_000_000}
+    assert stamp((2**31 - 1, 999_999_999)) == {"sec": 2**31 - 1, "nanosec": 999_999_999}
+    assert stamp({"sec": np.int64(4), "nanosec": 5.0}) == {"sec": 4, "nanosec": 5}
+    rng = np.random.default_rng(0)
+    for t in np.concatenate([rng.uniform(0, 2**31, 2000), rng.integers(0, 2**31, 200) - 1e-10,
+                             np.nextafter(np.float64(2**31), 0)[None]]):
+        s = stamp(float(t))
+        assert 0 <= s["sec"] <= wi.MAX_STAMP_SECONDS and 0 <= s["nanosec"] < 1_000_000_000
+        assert abs(s["sec"] + s["nanosec"] * 1e-9 - t) <= 1e-6
+    for bad in (2.0**31, 1e300, -1e-9, float("nan"), float("inf"), (2**31, 0), (-1, 0), (1, 10**9), (1, -1),
+                (1.5, 0), {"sec": 1, "nanosec": 0.5}):
+        with pytest.raises(ValueError, match="stamp"):
+            stamp(bad)
+    cmds = np.full((3, 6), 0.5)
+    for fmt in ("jsonl", "csv"):
+        with pytest.raises(ValueError, match=r"timestamps\[0\] = -1.0 s does not fit a ROS time stamp"):
+            wi.write_command_stream(io.StringIO(), cmds, [-1.0, 0.0, 1.0], "left", fmt)
+        with pytest.raises(ValueError, match=r"timestamps\[2\] = 2147483648.0 s"):
+            wi.write_command_stream(io.StringIO(), cmds, [0.0, 1.0, 2.0**31], "left", fmt)
+    s = wi.InspireStream("right")
+    with pytest.raises(ValueError, match="stamp"):
+        s.push(np.zeros(20), 2.0**31)
+    assert s.command is None  # the failed push left no state behind
+    s.push(np.zeros(20), 1.0)
+
+
+def test_nan_angles_never_look_like_commands(right):
+    q = np.stack([named_pose("fist")] * 3)
+    q[0, 6] = np.nan  # fore pip
+    q[1, 0] = np.inf  # thumb cmc flex: bend and rotation
+    q[2, 12] = -np.inf  # ring mcp flex
+    with pytest.raises(ValueError, match="3 non-finite"):
+        wi.to_inspire(q)
+    for f in (jax.jit(wi.to_inspire), jax.vmap(wi.to_inspire)):
+        c = np.asarray(f(jnp.asarray(q)))
+        assert np.flatnonzero(np.isnan(c[0])).tolist() == [FORE]
+        assert np.flatnonzero(np.isnan(c[1])).tolist() == [BEND, ROT]
+        assert np.flatnonzero(np.isnan(c[2])).tolist() == [RING]  # not a plausible "fully open"
+        good = ~np.isnan(c)
+        want = np.broadcast_to(np.asarray(wi.to_inspire(named_pose("fist"))), c.shape)
+        np.testing.assert_allclose(c[good], want[good])
+    # and NaN commands do not become RH56 registers or messages
+    nan_cmd = np.asarray(jax.jit(wi.to_inspire)(jnp.asarray(q)))[0]
+    with pytest.raises(ValueError, match="non-finite"):
+        wi.to_rh56(nan_cmd)
+    np.testing.assert_array_equal(np.asarray(jax.jit(wi.to_rh56)(nan_cmd))[FORE], -1)
+    with pytest.raises(ValueError, match="non-finite"):
+        wi.ctrl_message(nan_cmd, "right", 0.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        wi.write_command_stream(io.StringIO(), nan_cmd[None], [0.0], "right")
+
+
+def test_default_hand_first_built_under_jit(monkeypatch):
+    # the cached default model must not be built (and cached) as tracers by a first call inside jit;
+    # an empty model cache makes this the process's first load_hand
+    import wuji_jax.model
+
+    monkeypatch.setattr(wuji_jax.model, "_CACHE", {})
+    wi._default_hand.cache_clear()
+    c = jax.jit(lambda x: wi.to_inspire(x))(jnp.asarray(named_pose("open")))  # a new function: traced now
+    np.testing.assert_allclose(np.asarray(c), 1.0)
+    np.testing.assert_allclose(np.asarray(wi.to_inspire(named_pose("open"))), 1.0)

@@ -37,9 +37,20 @@ Decisions where seed 003 is unclear:
 * ``name[]`` in the ctrl message / ``set_angle_flexible`` request: seed 003 says "id=1 is the little
   finger, id=6 the thumb rotation", so the default names are the motor IDs as strings ``"1".."6"``;
   pass ``names=MOTOR_NAMES`` (or any six strings) if a driver expects words.
-* Stamps are ROS 2 ``builtin_interfaces/Time``: ``{"sec": int, "nanosec": int}``.
+* Stamps are ROS 2 ``builtin_interfaces/Time``: ``{"sec": int, "nanosec": int}``, kept inside what
+  both ROS 2 (``int32 sec``, ``uint32 nanosec``) and ROS 1 (``uint32 secs, nsecs``) can hold:
+  ``0 <= sec <= MAX_STAMP_SECONDS`` (2**31 − 1, i.e. before 2038-01-19T03:14:08Z) and
+  ``0 <= nanosec < 1e9``. Anything else (negative, later, non-finite) is a ``ValueError``, never a
+  wrapped or clipped stamp.
 * Payload builders return an envelope ``{"topic"|"service": ..., "type": ..., "msg"|"request": ...}``
   (plain dicts, JSON-serialisable), so no ROS install is needed to produce or inspect them.
+
+Out-of-range and non-finite angles: :func:`to_inspire` clamps every command to ``[0, 1]``, so an
+angle far beyond its joint limit (100 rad, or degrees read as radians) still gives a plausible
+command; :func:`joint_limit_violations` finds such angles (beyond the limits by more than
+``ANGLE_LIMIT_TOLERANCE`` = 0.5 rad, or non-finite) and the ``wuji-jax inspire`` CLI refuses them.
+Concrete non-finite angles are a ``ValueError``; under ``jit``/``vmap``/``grad`` (no concrete values
+to check) a NaN or infinite angle makes the affected channels NaN, never a number in ``[0, 1]``.
 
 Streams: :func:`smooth` (exponential or one-euro) then :func:`limit_rate` (no command moves a motor
 faster than ``speed_ratio`` lets it: full travel takes ``0.8 s / speed_ratio``), both carrying the
@@ -71,12 +82,15 @@ __all__ = [
     "FULL_TRAVEL_SECONDS",
     "MAX_FORCE_GRAMS",
     "RH56_MAX",
+    "ANGLE_LIMIT_TOLERANCE",
+    "MAX_STAMP_SECONDS",
     "FINGER_WEIGHTS",
     "THUMB_BEND_WEIGHTS",
     "THUMB_ROTATION_WEIGHTS",
     "InspireCalibration",
     "CommandStream",
     "closure_measures",
+    "joint_limit_violations",
     "default_calibration",
     "calibrate",
     "check_calibration",
@@ -116,6 +130,12 @@ FULL_TRAVEL_SECONDS = 0.8
 MAX_FORCE_GRAMS = 1000.0
 #: RH56 native angle register at fully open (0 = closed).
 RH56_MAX = 1000
+#: Radians an angle may lie beyond its joint limit before :func:`joint_limit_violations` flags it:
+#: measured or solved angles overshoot a little (and are clamped anyway); 0.5 rad (~29°) does not
+#: happen by noise, but does by wrong units (degrees read as radians) or a wrong joint order.
+ANGLE_LIMIT_TOLERANCE = 0.5
+#: Largest ``sec`` of a stamp: ROS 2 ``builtin_interfaces/Time.sec`` is int32 (ROS 1's is uint32).
+MAX_STAMP_SECONDS = 2**31 - 1
 
 #: Closure weights ``(mcp_flex, pip, dip)`` of each finger; they sum to 1 (a weighted mean, radians).
 FINGER_WEIGHTS: tuple[float, float, float] = (0.4, 0.4, 0.2)
@@ -165,8 +185,10 @@ class CommandStream(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def _default_hand() -> HandModel:
-    # Left and right share limits and coupling, so one model serves both sides.
-    return load_hand("right")
+    # Left and right share limits and coupling, so one model serves both sides. Built eagerly even when
+    # the first call comes from inside jit: a traced model would be cached and leak its tracers.
+    with jax.ensure_compile_time_eval():
+        return load_hand("right")
 
 
 def _hand(hand: HandModel | None) -> HandModel:
@@ -227,6 +249,38 @@ def closure_measures(angles, hand: HandModel | None = None) -> jax.Array:
     hand = _hand(hand)
     q = _check_angles(hand, angles)
     return _closure_jit(hand, q)
+
+
+def joint_limit_violations(angles, hand: HandModel | None = None, *,
+                           tolerance: float = ANGLE_LIMIT_TOLERANCE) -> np.ndarray:
+    """Which angles are non-finite or beyond their joint limits by more than ``tolerance`` radians.
+
+    :func:`to_inspire` clamps its commands, so it turns an angle of 100 rad (or 90 meant as degrees)
+    into a plausible full closure; check recorded angles here before converting them. Angles slightly
+    outside the limits (within ``tolerance``) are normal solver or sensor overshoot and not flagged.
+
+    Args:
+        angles: ``(*batch, 20)`` joint angles, radians, seed ID order; concrete (not traced).
+        hand: the model whose ``lower``/``upper`` limits apply (default: right hand; the left's
+            limits are the same).
+        tolerance: radians allowed beyond each limit, ``>= 0`` (default ``ANGLE_LIMIT_TOLERANCE``).
+
+    Returns:
+        ``(*batch, 20)`` bool NumPy array, True where the angle is NaN, infinite, below
+        ``lower − tolerance`` or above ``upper + tolerance``. ``mask.any(-1)`` flags whole frames.
+    """
+    hand = _hand(hand)
+    tol = float(tolerance)
+    if not (math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tolerance must be finite radians >= 0; got {tolerance!r}")
+    a = np.asarray(angles, dtype=np.float64)
+    n = hand.num_joints
+    if a.ndim == 0 or a.shape[-1] != n:
+        raise ValueError(f"angles must have shape (*batch, {n}) (radians, order hand.joint_names); got shape {a.shape}")
+    lo = np.asarray(hand.lower, np.float64) - tol
+    hi = np.asarray(hand.upper, np.float64) + tol
+    with np.errstate(invalid="ignore"):
+        return ~(np.isfinite(a) & (a >= lo) & (a <= hi))
 
 
 @jax.jit
@@ -402,7 +456,9 @@ def _to_inspire_kernel(hand: HandModel, q: jax.Array, calibration: InspireCalibr
     # calibration from producing inf/NaN gradients.
     span = jnp.maximum(hi - lo, 1e-9)
     m = _closure_kernel(hand, q)
-    return jnp.clip((hi - m) / span, 0.0, 1.0)
+    # A non-finite angle (only reachable under jit: concrete input is checked) must not clamp to a
+    # plausible 0 or 1: the channels it feeds are NaN.
+    return jnp.where(jnp.isfinite(m), jnp.clip((hi - m) / span, 0.0, 1.0), jnp.nan)
 
 
 def to_inspire(angles, calibration: InspireCalibration | None = None, hand: HandModel | None = None) -> jax.Array:
@@ -410,6 +466,12 @@ def to_inspire(angles, calibration: InspireCalibration | None = None, hand: Hand
 
     Monotone (flexing any joint never raises an opening), clamped, any batch shape, jit-able and
     differentiable in ``angles`` and ``calibration``.
+
+    Angles outside the joint limits are accepted and their commands clamped, however far out: check
+    recorded input with :func:`joint_limit_violations` first (the CLI does). Concrete NaN/inf
+    angles raise; traced ones (inside ``jit``, ``vmap``, ``grad``) cannot be checked and give NaN on
+    every channel they feed (never a value in ``[0, 1]``), so test traced results with
+    ``jnp.isfinite`` before sending them (:func:`to_rh56` and the message builders refuse NaN).
 
     Args:
         angles: ``(*batch, 20)`` joint angles, radians, seed ID order (e.g. ``wj.solve(...).angles``).
@@ -421,7 +483,7 @@ def to_inspire(angles, calibration: InspireCalibration | None = None, hand: Hand
         rotation; 1.0 = fully open.
 
     Raises:
-        ValueError: wrong last dimension, non-finite angles, or an invalid calibration.
+        ValueError: wrong last dimension, non-finite (concrete) angles, or an invalid calibration.
     """
     hand = _hand(hand)
     q = _check_angles(hand, angles)
@@ -478,18 +540,25 @@ def _check_cmd(cmd, name: str = "cmd", *, batch: bool = True) -> np.ndarray:
 def to_rh56(cmd) -> jax.Array:
     """RH56 native angle register values: ``round(1000 · opening)``, int32 in ``[0, 1000]``.
 
-    Same order and direction as the opening fractions (1000 = open). Jit-able; values outside
-    ``[0, 1]`` are clamped.
+    Same order and direction as the opening fractions (1000 = open). Jit-able; finite values outside
+    ``[0, 1]`` are clamped. NaN has no register value: concrete NaN/inf input is a ``ValueError``;
+    traced NaN (inside ``jit``) gives ``-1``, outside the register's range, instead of the
+    platform-dependent integer a float→int cast of NaN would give (often 0: "fully closed").
     """
     c = jnp.asarray(cmd)
     if c.ndim == 0 or c.shape[-1] != NUM_MOTORS:
         raise ValueError(f"cmd must have shape (*batch, 6); got {tuple(c.shape)}")
+    if not _is_tracer(c):
+        bad = int(np.size(c) - np.count_nonzero(np.isfinite(np.asarray(c))))
+        if bad:
+            raise ValueError(f"cmd contains {bad} non-finite value(s) (NaN or inf); they have no RH56 register value")
     return _to_rh56_kernel(c)
 
 
 @jax.jit
 def _to_rh56_kernel(c):
-    return jnp.round(jnp.clip(c, 0.0, 1.0) * RH56_MAX).astype(jnp.int32)
+    v = jnp.round(jnp.clip(c, 0.0, 1.0) * RH56_MAX)
+    return jnp.where(jnp.isnan(c), -1, v).astype(jnp.int32)
 
 
 def from_rh56(values) -> jax.Array:
@@ -536,22 +605,44 @@ def _names(names: Sequence[str] | None) -> list[str]:
     return out
 
 
+_STAMP_RANGE = "0 <= t < 2**31 s (ROS 2 sec is int32, ROS 1 secs unsigned)"
+
+
+def _stamp_int(v, what: str) -> int:
+    f = float(v)
+    if not (math.isfinite(f) and f == math.floor(f)):
+        raise ValueError(f"stamp {what} must be an integer; got {v!r}")
+    return int(v) if isinstance(v, (int, np.integer)) else int(f)
+
+
 def _stamp(stamp) -> dict[str, int]:
+    """``{"sec", "nanosec"}`` that fits ROS 2 ``builtin_interfaces/Time`` and ROS 1 ``time``, or ``ValueError``."""
     if isinstance(stamp, Mapping):
-        sec, nsec = int(stamp["sec"]), int(stamp["nanosec"])
+        sec, nsec = _stamp_int(stamp["sec"], "sec"), _stamp_int(stamp["nanosec"], "nanosec")
     elif isinstance(stamp, (tuple, list)):
-        sec, nsec = int(stamp[0]), int(stamp[1])
+        sec, nsec = _stamp_int(stamp[0], "sec"), _stamp_int(stamp[1], "nanosec")
     else:
         t = float(stamp)
-        if not math.isfinite(t) or t < 0:
-            raise ValueError(f"stamp must be finite seconds >= 0; got {stamp!r}")
+        if not math.isfinite(t) or t < 0 or t >= MAX_STAMP_SECONDS + 1:
+            raise ValueError(f"stamp must be finite seconds with {_STAMP_RANGE}; got {stamp!r}")
         sec = math.floor(t)
         nsec = int(round((t - sec) * 1e9))
-        if nsec >= 1_000_000_000:
+        if nsec >= 1_000_000_000:  # e.g. 1.9999999999 s: the fraction rounds up to a whole second
             sec, nsec = sec + 1, nsec - 1_000_000_000
-    if sec < 0 or not 0 <= nsec < 1_000_000_000:
-        raise ValueError(f"stamp must have sec >= 0 and 0 <= nanosec < 1e9; got sec={sec}, nanosec={nsec}")
+    if not 0 <= sec <= MAX_STAMP_SECONDS or not 0 <= nsec < 1_000_000_000:
+        raise ValueError(
+            f"stamp must have 0 <= sec <= {MAX_STAMP_SECONDS} and 0 <= nanosec < 1e9; got sec={sec}, nanosec={nsec}"
+        )
     return {"sec": sec, "nanosec": nsec}
+
+
+def _check_stamps(t: np.ndarray, name: str = "timestamps") -> None:
+    """``ValueError`` naming the first of ``t`` (float64 seconds) that no ROS stamp can hold."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(t) & (t >= 0) & (t < MAX_STAMP_SECONDS + 1))
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name}[{i}] = {float(t[i])!r} s does not fit a ROS time stamp ({_STAMP_RANGE})")
 
 
 def _floats6(c: np.ndarray, ndigits: int | None = None) -> list[float]:
@@ -566,7 +657,8 @@ def ctrl_message(
     Args:
         cmd: ``(6,)`` opening fractions in ``[0, 1]``, motor order.
         side: ``"left"`` or ``"right"``.
-        stamp: seconds (float), ``(sec, nanosec)`` or ``{"sec", "nanosec"}``.
+        stamp: seconds (float) in ``[0, 2**31)``, or ``(sec, nanosec)`` / ``{"sec", "nanosec"}``
+            integers with ``0 <= sec <= MAX_STAMP_SECONDS``, ``0 <= nanosec < 1e9``.
         frame_id: header frame (seed 003 does not name one).
         names: six motor names for ``name[]`` (default the IDs ``"1".."6"``).
 
@@ -876,7 +968,7 @@ class InspireStream:
 
         Args:
             angles: ``(20,)`` joint angles (radians, or degrees if ``degrees``), seed ID order.
-            t: timestamp, seconds, not before the previous push.
+            t: timestamp, seconds in ``[0, 2**31)`` (a ROS stamp), not before the previous push.
 
         Returns:
             :func:`ctrl_message` of the filtered, rate-limited command, stamped ``t``.
@@ -889,6 +981,7 @@ class InspireStream:
         t = float(t)
         if not math.isfinite(t):
             raise ValueError(f"t must be finite seconds; got {t}")
+        _stamp(t)  # a t no ROS stamp holds fails here, before the filter state moves
         if self._t is not None and t < self._t:
             raise ValueError(f"timestamps must not go backwards: {t} after {self._t}")
         dtype = q.dtype
@@ -992,7 +1085,8 @@ def write_command_stream(
 
     Args:
         path: file path or an open text file (e.g. ``sys.stdout``).
-        cmds: ``(T, 6)`` opening fractions; timestamps ``(T,)`` seconds, non-decreasing, ≥ 0.
+        cmds: ``(T, 6)`` opening fractions; timestamps ``(T,)`` seconds, non-decreasing, in
+            ``[0, 2**31)`` so that every one is a valid ROS stamp (checked for both formats).
         side: ``"left"`` or ``"right"``.
         fmt: ``"jsonl"`` or ``"csv"``.
 
@@ -1003,6 +1097,7 @@ def write_command_stream(
         raise ValueError(f"fmt must be 'jsonl' or 'csv'; got {fmt!r}")
     side = _side(side)
     c, t, _ = _check_stream(cmds, timestamps)
+    _check_stamps(t)
     c = np.asarray(c, np.float64)
     rh = np.asarray(to_rh56(c))
     buf = io.StringIO()

@@ -14,6 +14,19 @@ other verbs do). Examples::
     wuji-jax inspire --angles take.npz --side left -o take.jsonl --speed-ratio 0.5 --smooth one_euro
     wuji-jax inspire --angles glove.csv --degrees --fps 100 --format csv
     wuji-jax inspire --landmarks take.npy -o take.csv --reference open=open.npy --reference fist=fist.npy
+
+Input checks (each failure is a one-line error naming the file and the frame; nothing is written).
+The output has no per-frame "valid" column, and a robot command stream with a silently dropped or
+guessed frame is worse than none, so bad frames stop the run instead of being flagged:
+
+* angles (``--angles``, every ``--reference`` file, and the angles solved from ``--landmarks``) must
+  be finite and within the hand model's joint limits widened by ``inspire.ANGLE_LIMIT_TOLERANCE``
+  (0.5 rad). :func:`wuji_jax.inspire.to_inspire` clamps its commands, so a 100 rad angle, or degrees
+  read as radians, would otherwise become a plausible "fully closed". Angles slightly outside the
+  limits (solver or sensor overshoot) are accepted and clamped as before.
+* timestamps (the file's, or ``--start-time + i/--fps``) must be finite, non-decreasing and fit a ROS
+  stamp: ``0 <= t < 2**31`` s (ROS 2 ``builtin_interfaces/Time.sec`` is int32, ROS 1's is unsigned),
+  for both output formats. The stamps written have ``0 <= nanosec < 1e9``.
 """
 
 from __future__ import annotations
@@ -48,13 +61,18 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
             "Convert WG110v12 joint angles (or MediaPipe landmarks, solved with wuji_jax.solve) into the "
             "Inspire hand's six opening fractions (1 = open; motor order little, ring, middle, fore, "
             "thumb bend, thumb rotation), rate-limited to the motors' speed, with timestamps. JSONL lines "
-            "carry the /inspire_hand/ctrl/<side>_hand JointState message and the RH56 0-1000 values."
+            "carry the /inspire_hand/ctrl/<side>_hand JointState message and the RH56 0-1000 values. "
+            "Refused with a one-line error naming the file and frame (nothing written): angles that are "
+            "NaN/inf or beyond the joint limits by more than 0.5 rad (degrees read as radians, wrong joint "
+            "order), and timestamps that are not finite, go backwards, or do not fit a ROS stamp "
+            "(0 <= t < 2^31 s). Angles slightly outside the limits are accepted and clamped."
         ),
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--angles", metavar="FILE",
                      help="joint angles (T, 20) or (20,): .npy, .npz (key 'angles', optional 'timestamps'), "
-                          ".csv/.txt (one frame per row); radians unless --degrees")
+                          ".csv/.txt (one frame per row); radians unless --degrees. Each must be finite and "
+                          "within the joint limits +- 0.5 rad, else an error names the frame and joint")
     src.add_argument("--landmarks", metavar="FILE",
                      help="MediaPipe landmarks (T, 21, 3) or (21, 3) in metres: .npy or .npz (key 'landmarks', "
                           "optional 'timestamps'); solved to angles with wuji_jax.solve")
@@ -71,7 +89,8 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
                    help=f"frame rate for timestamps t = start + i/fps; overrides the file's timestamps "
                         f"(default: the file's, else {_DEFAULT_FPS:g})")
     p.add_argument("--start-time", type=float, default=0.0, metavar="S",
-                   help="seconds added to every timestamp (e.g. a ROS epoch time; default 0)")
+                   help="seconds added to every timestamp (e.g. a ROS epoch time; default 0). Every "
+                        "timestamp must fit a ROS stamp: 0 <= t < 2^31 s")
     p.add_argument("--smooth", choices=("none", "exponential", "one_euro"), default="none",
                    help="temporal smoothing before rate limiting (default none)")
     p.add_argument("--tau", type=float, default=0.05, help="exponential smoothing time constant, s (default 0.05)")
@@ -119,6 +138,71 @@ def _load_array(path: str, key: str):
     return arr, ts
 
 
+def _check_angle_frames(q, hand, source: str, degrees: bool = False) -> None:
+    """Usage error naming ``source``, the first bad frame and joint, unless every angle is usable.
+
+    ``q`` is ``(T, 20)`` radians; ``degrees`` says the file held degrees (the value is reported as read).
+    """
+    import numpy as np
+
+    from . import inspire
+
+    bad = inspire.joint_limit_violations(q, hand)
+    if not bad.any():
+        return
+    frames = np.flatnonzero(bad.any(-1))
+    i = int(frames[0])
+    j = int(np.argmax(bad[i]))
+    name = hand.joint_names[j]
+    v = float(q[i, j])
+    lo, hi = float(np.asarray(hand.lower)[j]), float(np.asarray(hand.upper)[j])
+    read = f"{np.rad2deg(v):.6g} deg" if degrees else f"{v:.6g} rad"
+    more = int(bad.sum()) - 1
+    also = f" ({more} more bad angle(s) in {len(frames)} frame(s) in all)" if more else ""
+    if not np.isfinite(v):
+        raise _usage_error(
+            f"{source}: frame {i}, joint {name}: angle is {read}{also}; remove or interpolate the frames "
+            "without a valid measurement before converting"
+        )
+    raise _usage_error(
+        f"{source}: frame {i}, joint {name}: angle {read} is beyond the joint limits [{lo:.4g}, {hi:.4g}] rad "
+        f"by more than {inspire.ANGLE_LIMIT_TOLERANCE:g} rad{also}; check the units (radians unless --degrees) "
+        "and the joint order (seed ID order), or fix the frame"
+    )
+
+
+def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0) -> None:
+    """Usage error naming ``source`` and the first frame whose timestamp is unusable."""
+    import numpy as np
+
+    from . import inspire
+
+    where = "the file's timestamp" if from_file else "--start-time + frame/fps"
+    if from_file and start_time:
+        where += " + --start-time"
+    lim = inspire.MAX_STAMP_SECONDS + 1
+    with np.errstate(invalid="ignore"):
+        nonfinite = ~np.isfinite(t)
+        neg = t < 0
+        late = t >= lim
+    for mask, what, fix in (
+        (nonfinite, "is not finite", "fix or drop that frame's timestamp"),
+        (neg, "is negative; ROS stamps are >= 0 (ROS 1 time is unsigned)", "shift with --start-time"),
+        (late, f"is not before 2**31 = {lim} s, so it does not fit ROS 2's int32 sec (2038-01-19T03:14:08Z)",
+         "timestamps must be seconds, not ms/us/ns; rescale, or shift with --start-time"),
+    ):
+        if mask.any():
+            i = int(np.argmax(mask))
+            raise _usage_error(f"{source}: frame {i}: timestamp {float(t[i])!r} s ({where}) {what}; {fix}")
+    back = np.flatnonzero(np.diff(t) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise _usage_error(
+            f"{source}: frame {i}: timestamp {float(t[i])!r} s is before frame {i - 1}'s {float(t[i - 1])!r} s; "
+            "timestamps must be non-decreasing (sort the frames, or pass --fps)"
+        )
+
+
 def _solve(hand, landmarks):
     import numpy as np
 
@@ -160,13 +244,23 @@ def _calibration(args, hand):
                 raise _usage_error(f"--reference {item!r}: expected NAME=FILE")
             arr, _ = _load_array(path, "angles")
             arr = np.asarray(arr, np.float64)
-            refs[name] = np.deg2rad(arr) if args.degrees else arr
+            arr = np.deg2rad(arr) if args.degrees else arr
+            if arr.ndim in (1, 2) and arr.shape[-1] == hand.num_joints:  # else calibrate names the shape
+                _check_angle_frames(arr.reshape(-1, hand.num_joints), hand, f"--reference {name}={path}",
+                                    args.degrees)
+            refs[name] = arr
         return inspire.calibrate(refs, hand)
     return None
 
 
 def run_inspire(args) -> int:
-    """Run the verb on parsed ``args``; returns the exit status."""
+    """Run the verb on parsed ``args``; returns the exit status.
+
+    Raises the main CLI's ``UsageError`` (a ``ValueError``; exit status 2, one line naming the file and
+    frame) for angles that are non-finite or beyond the joint limits by more than
+    ``inspire.ANGLE_LIMIT_TOLERANCE``, and for timestamps that are non-finite, decreasing or outside
+    ``[0, 2**31)`` s (what a ROS stamp holds); see the module docstring.
+    """
     import numpy as np
 
     from . import inspire
@@ -188,19 +282,24 @@ def run_inspire(args) -> int:
             raise _usage_error(f"--angles: expected shape (T, 20) or (20,); got {q.shape}")
         if args.degrees:
             q = np.deg2rad(q)
+        source = args.angles
     else:
         lm, ts = _load_array(args.landmarks, "landmarks")
         q = _solve(hand, lm).reshape(-1, hand.num_joints)
+        source = f"{args.landmarks} (solved angles)"
     n = q.shape[0]
     if n == 0:
         raise _usage_error("no frames in the input")
-    if args.fps is not None or ts is None:
+    _check_angle_frames(q, hand, source, args.degrees and bool(args.angles))
+    from_file = not (args.fps is not None or ts is None)
+    if not from_file:
         t = np.arange(n) / (args.fps or _DEFAULT_FPS)
     else:
         t = np.asarray(ts, np.float64).reshape(-1)
         if t.shape != (n,):
             raise _usage_error(f"timestamps: expected {n} values to match the frames; got {t.shape[0]}")
     t = t + args.start_time
+    _check_timestamps(t, args.angles or args.landmarks, from_file, args.start_time)
 
     cal = _calibration(args, hand)
     cmd = np.asarray(inspire.to_inspire(q, cal, hand), np.float64)
