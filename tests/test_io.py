@@ -407,3 +407,256 @@ def test_results_errors(tmp_path):
         io.write_results(tmp_path / "r.csv", {"a": np.zeros(2), "b": np.zeros(3)})
     with pytest.raises(ValueError, match="2 names for 'a'"):
         io.write_results(tmp_path / "r.csv", {"a": np.zeros((2, 3))}, names={"a": ["p", "q"]})
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile input (the data-safety issue): tiny files that declare huge data, files that point at
+# other files, failures that must reach the caller as the one-line ValueError, degenerate frames
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_max_frames_caps_every_format(tmp_path, ext):
+    t = None if ext == ".npy" else np.arange(30.0)
+    path = io.write_landmarks(tmp_path / f"x{ext}", _hand(30), t)
+    with pytest.raises(ValueError, match="max_frames=20") as err:
+        io.load_landmarks(path, max_frames=20)
+    _assert_one_line(err, path)
+    with pytest.raises(ValueError, match="max_frames=20") as err:
+        list(io.iter_chunks(path, chunk_size=8, max_frames=20))
+    _assert_one_line(err, path)
+    if ext not in (".csv", ".jsonl"):  # the count is declared: refused before any frame is read
+        assert "declares 30 frames" in str(err.value)
+    assert len(io.load_landmarks(path, max_frames=30)) == 30
+    assert sum(len(c) for _, c, _ in io.iter_chunks(path, chunk_size=8, max_frames=30)) == 30
+    assert io.MAX_FRAMES == 10_000_000  # the default
+
+
+def test_sparse_hdf5_declaring_huge_counts_is_refused_at_once(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    billion = tmp_path / "billion.h5"  # 1.4 KB on disk, 504 GB declared, no chunk ever written
+    with h5py.File(billion, "w") as f:
+        f.create_dataset("landmarks", shape=(10**9, 21, 3), dtype="f8", chunks=(1024, 21, 3))
+    assert billion.stat().st_size < 10_000
+    with pytest.raises(ValueError, match="1,000,000,000 frames") as err:
+        next(io.iter_chunks(billion))
+    _assert_one_line(err, billion)
+    with pytest.raises(ValueError, match="1,000,000,000 frames"):
+        io.load_landmarks(billion)
+    fewer = tmp_path / "fewer.h5"  # under MAX_FRAMES, but 100 MB declared over 0 bytes stored
+    with h5py.File(fewer, "w") as f:
+        f.create_dataset("landmarks", shape=(200_000, 21, 3), dtype="f8", chunks=(1024, 21, 3))
+    with pytest.raises(ValueError, match=r"200,000 frames .*stores 0 B") as err:
+        next(io.iter_chunks(fewer))
+    _assert_one_line(err, fewer)
+
+
+def test_npz_bomb_is_refused(tmp_path):
+    path = tmp_path / "bomb.npz"  # one frame repeated 200,000 times: 100 MB of landmarks in 0.4 MB
+    np.savez_compressed(path, landmarks=np.broadcast_to(_hand(1)[0], (200_000, 21, 3)))
+    assert path.stat().st_size < 1_000_000
+    with pytest.raises(ValueError, match=r"200,000 frames .*-fold") as err:
+        next(io.iter_chunks(path))
+    _assert_one_line(err, path)
+
+
+def test_parquet_bomb_is_refused(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    one = pa.array(np.full(200_000, 0.05))  # run-length encoded: 200,000 rows in a few KB
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({c: one for c in io.LANDMARK_COLUMNS}), path)
+    with pytest.raises(ValueError, match=r"200,000 frames .*-fold") as err:
+        next(io.iter_chunks(path))
+    _assert_one_line(err, path)
+
+
+def _h5_external_storage(path):
+    import h5py
+    raw = path.with_name("elsewhere.bin")
+    raw.write_bytes(_hand(4).tobytes())
+    with h5py.File(path, "w") as f:
+        f.create_dataset("landmarks", shape=(4, 21, 3), dtype="f8", external=[(str(raw), 0, 4 * 63 * 8)])
+
+
+def _h5_other_file(path):
+    import h5py
+    other = path.with_name("other.h5")
+    with h5py.File(other, "w") as f:
+        f["x"] = _hand(4)
+    return h5py, other
+
+
+def _h5_virtual(path):
+    h5py, other = _h5_other_file(path)
+    layout = h5py.VirtualLayout(shape=(4, 21, 3), dtype="f8")
+    layout[:] = h5py.VirtualSource(str(other), "x", shape=(4, 21, 3))
+    with h5py.File(path, "w") as f:
+        f.create_virtual_dataset("landmarks", layout)
+
+
+def _h5_external_link(path):
+    h5py, other = _h5_other_file(path)
+    with h5py.File(path, "w") as f:
+        f["landmarks"] = h5py.ExternalLink(str(other), "x")
+
+
+@pytest.mark.parametrize("make,words", [(_h5_external_storage, "external storage"),
+                                        (_h5_virtual, "virtual dataset"),
+                                        (_h5_external_link, "external link")],
+                         ids=["external storage", "virtual", "external link"])
+def test_hdf5_data_in_other_files_is_refused(tmp_path, make, words):
+    pytest.importorskip("h5py")
+    path = tmp_path / "x.h5"
+    make(path)
+    with pytest.raises(ValueError) as err:
+        io.load_landmarks(path)
+    _assert_one_line(err, path)
+    assert words in str(err.value) and "'landmarks'" in str(err.value)
+
+
+def test_parquet_is_streamed_by_batches_without_prebuffering(tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    w = _hand(30)
+    table = {"timestamp": np.arange(30) / 30.0, "comment": ["x" * 100] * 30}
+    table.update(zip(io.LANDMARK_COLUMNS, w.reshape(30, 63).T))
+    path = tmp_path / "rg.parquet"
+    pq.write_table(pa.table(table), path, row_group_size=7)  # 5 row groups
+    opened, read = [], []
+    real = pq.ParquetFile
+
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            opened.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+        def iter_batches(self, *args, **kwargs):
+            read.append(kwargs)
+            return super().iter_batches(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", Spy)
+    got = list(io.iter_chunks(path, chunk_size=4))
+    assert [s for s, _, _ in got] == list(range(0, 30, 4))
+    np.testing.assert_array_equal(np.concatenate([c for _, c, _ in got]), w)
+    np.testing.assert_array_equal(np.concatenate([t for _, _, t in got]), table["timestamp"])
+    assert opened and all(k.get("pre_buffer") is False and k.get("memory_map") is False for k in opened)
+    assert [k["batch_size"] for k in read] == [4]
+    assert "comment" not in read[0]["columns"] and len(read[0]["columns"]) == 64
+
+
+def _long_csv_field(n):
+    return lambda p: p.write_text(_HEADER + "\n" + "1" * n + _ROW[4:] + "\n")
+
+
+def _bad_deflate_npz(p):
+    np.savez_compressed(p, landmarks=np.zeros((50, 21, 3)))
+    b = bytearray(p.read_bytes())
+    name_len, extra_len = int.from_bytes(b[26:28], "little"), int.from_bytes(b[28:30], "little")
+    start = 30 + name_len + extra_len  # the first member's deflate stream
+    b[start:start + 8] = b"\xff" * 8  # block type 3: invalid
+    p.write_bytes(bytes(b))
+
+
+def _h5_string_timestamps(p):
+    import h5py
+    with h5py.File(p, "w") as f:
+        f["landmarks"] = _hand(3)
+        f["timestamps"] = np.array([b"a", b"b", b"c"])
+
+
+#: content that used to escape as another exception type (csv.Error, RecursionError, zlib.error,
+#: UnicodeDecodeError without the path, TypeError, OverflowError, ...)
+ESCAPING = [
+    ("csv 200 KB field", "x.csv", _long_csv_field(200_000), "line 2"),
+    ("csv 2 MB line", "x.csv", _long_csv_field(2_000_000), "line 2 is longer than"),
+    ("csv not utf-8", "x.csv", lambda p: p.write_bytes(_HEADER.encode() + b"\n\xff\xfe\x00bad\n"),
+     "UTF-8"),
+    ("jsonl deep nesting", "x.jsonl",
+     _csv('{"t": 0, "landmarks": null}\n{"t": 1, "landmarks": ' + "[" * 10**5 + "]" * 10**5 + "}\n"),
+     "line 2"),
+    ("jsonl 2 MB line", "x.jsonl", _csv('{"t": 0, "pad": "' + "x" * 2_000_000 + '"}\n'),
+     "line 1 is longer than"),
+    ("jsonl score object", "x.jsonl", _csv('{"t": 0, "landmarks": null, "score": {}}\n'), "line 1"),
+    ("jsonl huge integer", "x.jsonl", _csv(json.dumps({"landmarks": [[10 ** 400, 0, 0]] * 21}) + "\n"),
+     "line 1"),
+    ("jsonl not utf-8", "x.jsonl", lambda p: p.write_bytes(b'{"t": 0}\n\xff\xfe\n'), "UTF-8"),
+    ("npz bad deflate stream", "x.npz", _bad_deflate_npz, "corrupt"),
+    ("npz string timestamps", "x.npz",
+     lambda p: np.savez(p, landmarks=_hand(2), timestamps=np.array(["a", "b"])), "'timestamps'"),
+    ("npz not npy members", "x.npz", lambda p: __import__("zipfile").ZipFile(p, "w").close() or
+     __import__("zipfile").ZipFile(p, "w").writestr("readme.txt", "hello"), "readme.txt"),
+    ("hdf5 string timestamps", "x.h5", _h5_string_timestamps, "'timestamps'"),
+]
+
+
+@pytest.mark.parametrize("name,filename,make,words", ESCAPING, ids=[b[0] for b in ESCAPING])
+def test_malformed_content_is_the_one_line_value_error(tmp_path, name, filename, make, words):
+    if filename.endswith(".h5"):
+        pytest.importorskip("h5py")
+    path = tmp_path / filename
+    make(path)
+    with pytest.raises(ValueError) as err:
+        io.load_landmarks(path)
+    _assert_one_line(err, path)
+    assert words in str(err.value) and len(str(err.value)) < 500, str(err.value)
+    with pytest.raises(ValueError) as err2:
+        list(io.iter_chunks(path, chunk_size=2))
+    assert str(err2.value) == str(err.value)
+    good = io.write_landmarks(tmp_path / "good.npy", _hand(2))
+    rec = io.load_landmarks([path, good], on_error="skip")  # the caller can skip the file
+    assert len(rec) == 2 and rec.notes[0].startswith(f"skipped {path}:")
+
+
+def test_degenerate_frames():
+    w = _hand(5)
+    w[1] = w[1, 0]  # all 21 points at the wrist
+    w[2] = 0.0
+    w[3, 4] = np.nan  # not finite: flagged elsewhere, not degenerate
+    w[4] = w[4] * 1e-3  # a tiny hand still has extent
+    assert io.degenerate_frames(w).tolist() == [False, True, True, False, False]
+    assert io.degenerate_frames(w[1]).shape == () and io.degenerate_frames(w[1])
+    assert io.degenerate_frames(w[:, None]).shape == (5, 1)
+    with pytest.raises(ValueError, match="expected"):
+        io.degenerate_frames(np.zeros((4, 20, 3)))
+
+
+def test_check_units_does_not_pass_collapsed_frames():
+    w = _hand(10)
+    mixed = np.concatenate([w, np.broadcast_to(w[:1, :1], (3, 21, 3))])
+    msg = io.check_units(mixed)  # the median of the good frames looks fine: not enough
+    assert msg is not None and "3 of 13" in msg and "one point" in msg
+    assert "one point" in io.check_units(np.zeros((4, 21, 3)))
+    assert "millimetres" in io.check_units(np.concatenate([w * 1000, np.zeros((1, 21, 3))]))
+    assert io.check_units(w) is None
+
+
+def test_degenerate_frames_are_flagged_on_load(tmp_path):
+    w = _hand(6)
+    w[2] = 0.0
+    path = io.write_landmarks(tmp_path / "x.npy", w)
+    rec = io.load_landmarks(path)
+    assert len(rec) == 6 and rec.detected.tolist() == [True, True, False, True, True, True]
+    np.testing.assert_array_equal(rec.world, w)  # kept as they are
+    assert any(n.startswith(str(path)) and "one point" in n for n in rec.notes)
+
+
+def test_max_frames_still_reaches_video_extraction(tmp_path, monkeypatch):
+    from wuji_jax import video
+    seen = []
+
+    def fake(source, **kwargs):
+        seen.append(kwargs)
+        n = kwargs.get("max_frames") or 12
+        return io.LandmarkRecording(world=_hand(n), timestamps=np.arange(n) / 30.0,
+                                    detected=np.ones(n, bool), handedness=np.full(n, "Right"),
+                                    score=np.ones(n), fps=30.0)
+
+    monkeypatch.setattr(video, "extract_landmarks", fake)
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"not decoded: extract_landmarks is faked")
+    assert len(io.load_landmarks(clip, max_frames=5, progress=False)) == 5  # stops there, as before
+    assert seen[-1] == {"max_frames": 5, "progress": False}
+    assert len(io.load_landmarks(clip)) == 12 and "max_frames" not in seen[-1]  # cache keys unchanged
+    with pytest.raises(ValueError, match="max_frames must be a positive integer"):
+        io.load_landmarks(clip, max_frames=0)

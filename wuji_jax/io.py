@@ -24,7 +24,28 @@ Several files, globs (``"data/*.csv"``) and folders load into one :class:`Landma
 with per-frame provenance (``source_index``, ``frame_index``). Frames with NaN/inf or without a
 detected hand are kept and flagged (``detected`` False), never dropped. Anything that makes a file
 unusable raises ``ValueError("<path>: <problem>; <what to do>")`` on one line; with
-``on_error="skip"`` that line goes to ``notes`` and the other files still load.
+``on_error="skip"`` that line goes to ``notes`` and the other files still load. That includes
+malformed content that trips a library (``csv.Error``, ``RecursionError``, ``UnicodeDecodeError``,
+``zlib.error``, h5py's / pyarrow's ``OSError``, ...): every failure reading a data file is that
+one-line ``ValueError``, naming the line or frame where known.
+
+Limits on hostile or broken files (a small file must not cause unbounded work):
+
+* at most :data:`MAX_FRAMES` frames per file (``max_frames=`` of :func:`load_landmarks` /
+  :func:`iter_chunks` raises or lifts it); a count the file declares up front (``.npy``, ``.npz``,
+  Parquet, HDF5) is checked before any frame is read;
+* a compressed or sparse container (``.npz``, Parquet, HDF5) whose landmark data would expand to more
+  than :data:`MAX_EXPANSION` times the bytes it stores (and to more than
+  :data:`EXPANSION_MIN_BYTES`) is refused: a decompression bomb, a never-written sparse HDF5 dataset,
+  or one frame repeated. Real landmarks compress about 1.1-fold; only a recording with a hand in
+  under ~1 % of its frames comes near 100-fold;
+* HDF5 data stored in other files (external storage, virtual datasets, external or soft links) is
+  refused, never followed;
+* CSV and JSONL lines longer than :data:`MAX_LINE_CHARS` characters are refused (a frame is ~2 kB);
+* Parquet is read by row batches with no pre-buffering, only the needed columns.
+
+Frames whose 21 landmarks all sit at one point (:func:`degenerate_frames`, e.g. all zeros) are not
+hands: they are kept and flagged (``detected`` False) and noted.
 
 Outputs (:func:`write_results`): a dict of ``(N, ...)`` arrays as ``.parquet``, ``.csv`` (both
 open with ``pandas.read_parquet`` / ``pandas.read_csv`` as they are) or ``.npz``.
@@ -52,6 +73,12 @@ __all__ = [
     "write_results",
     "read_results",
     "check_units",
+    "degenerate_frames",
+    "MAX_FRAMES",
+    "MAX_EXPANSION",
+    "EXPANSION_MIN_BYTES",
+    "MAX_LINE_CHARS",
+    "DEGENERATE_EXTENT",
     "LANDMARK_COLUMNS",
     "DATA_EXTENSIONS",
     "VIDEO_EXTENSIONS",
@@ -70,6 +97,26 @@ IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".
 _RESULT_EXTENSIONS = (".parquet", ".pq", ".npz", ".csv")
 
 _TIME_COLUMNS = ("timestamp", "timestamps", "t", "time")
+
+#: Most frames one data file may hold (10 million frames are 5 GB of float64 landmarks in memory):
+#: the default of ``max_frames=`` of :func:`load_landmarks` / :func:`iter_chunks`, which set it per
+#: call.
+MAX_FRAMES = 10_000_000
+
+#: A compressed or sparse container (``.npz``, Parquet, HDF5) may expand its landmark data to at most
+#: this many times the bytes it stores ...
+MAX_EXPANSION = 100
+#: ... once the expanded data exceeds this many bytes (smaller files are never refused for it).
+#: Both are read at call time: set ``wuji_jax.io.MAX_EXPANSION`` to accept an exceptional file.
+EXPANSION_MIN_BYTES = 64 << 20
+
+#: Longest CSV / JSONL line read, in characters (a frame's line is ~1-2 kB).
+MAX_LINE_CHARS = 1 << 20
+
+#: A frame is degenerate when its 21 finite landmarks fit in a box of this side, in the landmarks'
+#: own unit (1 micrometre for metres; a hand spans 5-40 cm, and even normalised image coordinates
+#: span ~0.01).
+DEGENERATE_EXTENT = 1e-6
 _FORMATS_HINT = "install the formats extra: pip install 'wuji-jax[formats]'"
 
 
@@ -87,7 +134,8 @@ class LandmarkRecording:
             origin near the hand's centre, x right / y down / z away from the camera). NaN rows
             where no hand was found.
         timestamps: ``(N,)`` float64 seconds; NaN where the source has no times.
-        detected: ``(N,)`` bool, True where the frame holds a hand with all 63 numbers finite.
+        detected: ``(N,)`` bool, True where the frame holds a hand with all 63 numbers finite
+            (and not all 21 landmarks at one point: :func:`degenerate_frames`).
         handedness: ``(N,)`` str, ``"Right"``, ``"Left"`` or ``""`` (unknown or no hand). For videos
             this is MediaPipe's label of the hand as it appears in the frames given (see
             :mod:`wuji_jax.video` for the mirrored-camera convention).
@@ -195,6 +243,74 @@ def _err(path: Any, problem: str) -> ValueError:
     return ValueError(f"{path}: {' '.join(problem.split())}")
 
 
+def _why(e: BaseException) -> str:
+    """A library's exception as short text for a one-line message: its type and its first words."""
+    text = " ".join(str(e).split())
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _ours(e: BaseException, path: Any) -> bool:
+    """True for this module's one-line error about ``path``."""
+    return isinstance(e, ValueError) and str(e).startswith(f"{path}: ")
+
+
+def _size(n: float) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= k:
+            return f"{n / k:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def _check_declared(path: Any, what: str, frames: int, declared: float, stored: float | None,
+                    max_frames: int | None) -> None:
+    """Refuse a declared frame count the file cannot back or that exceeds ``max_frames``.
+
+    ``declared``: bytes the data expands to; ``stored``: bytes the file really holds for it (None for
+    uncompressed data, whose size the reader checks against the file itself).
+    """
+    if stored is not None and declared > EXPANSION_MIN_BYTES and declared > MAX_EXPANSION * stored:
+        raise _err(path, f"{what} declares {frames:,} frames ({_size(declared)}) but stores "
+                         f"{_size(stored)}: over {MAX_EXPANSION}-fold expansion, a decompression bomb, "
+                         "never-written (sparse) storage or one frame repeated; export the real data "
+                         "again (limit: wuji_jax.io.MAX_EXPANSION)")
+    if max_frames is not None and frames > max_frames:
+        raise _err(path, f"{what} declares {frames:,} frames, more than max_frames={max_frames:,}; if "
+                         f"the file is genuine pass max_frames={frames} (or more) to load_landmarks / "
+                         "iter_chunks")
+
+
+def _too_many(path: Any, max_frames: int, where: str) -> ValueError:
+    return _err(path, f"holds more than max_frames={max_frames:,} frames ({where}); if the file is "
+                      "genuine pass a larger max_frames= to load_landmarks / iter_chunks")
+
+
+class _Lines:
+    """A text file's lines of at most :data:`MAX_LINE_CHARS` characters, counted (``.num``)."""
+
+    def __init__(self, f, path: Any):
+        self.f, self.path, self.num = f, path, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        limit = MAX_LINE_CHARS
+        try:
+            line = self.f.readline(limit + 1)
+        except UnicodeDecodeError as e:
+            raise _err(self.path, f"not UTF-8 text at or after line {self.num + 1} ({_why(e)}); "
+                                  "save the file as UTF-8") from None
+        if not line:
+            raise StopIteration
+        self.num += 1
+        if len(line) > limit:
+            raise _err(self.path, f"line {self.num} is longer than {limit:,} characters; not a landmark "
+                                  "file (a frame's line is ~2 kB)")
+        return line
+
+
 def _is_glob(s: str) -> bool:
     return any(c in s for c in "*?[")
 
@@ -256,7 +372,7 @@ def _landmark_array(a: np.ndarray, path: Path, what: str = "array") -> np.ndarra
     return a.reshape(_check_shape(a.shape, path, what))
 
 
-def _read_npy(path: Path, chunk: int) -> Iterator[dict]:
+def _read_npy(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
     try:
         a = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
@@ -267,6 +383,8 @@ def _read_npy(path: Path, chunk: int) -> Iterator[dict]:
     except (OSError, EOFError) as e:
         raise _err(path, f"truncated or corrupt .npy file ({e}); export it again") from e
     a = _landmark_array(a, path)
+    # memory-mapped: the file's size already backs the declared count (np.load checks it)
+    _check_declared(path, "the array", a.shape[0], 0, None, max_frames)
     for s in range(0, a.shape[0], chunk):
         yield {"world": np.array(a[s:s + chunk], dtype=np.float64)}
 
@@ -274,14 +392,41 @@ def _read_npy(path: Path, chunk: int) -> Iterator[dict]:
 _NPZ_FIELDS = ("timestamps", "t", "frame", "frame_index", "handedness", "score", "detected", "image")
 
 
-def _read_npz(path: Path, chunk: int) -> Iterator[dict]:
-    # npz members are zip entries: loaded whole (use .npy, Parquet, CSV or HDF5 for huge files).
-    import zipfile
+def _npy_header(zf, info) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of an ``.npz`` member from its ``.npy`` header, without reading its data."""
+    from numpy.lib import format as fmt
 
-    try:
-        # Our own handle: np.load leaks its file when a broken zip makes NpzFile fail.
-        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-            keys = list(z.files)
+    with zf.open(info) as m:
+        version = fmt.read_magic(m)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(m)
+        elif version == (2, 0):
+            shape, _, dtype = fmt.read_array_header_2_0(m)
+        else:
+            shape, _, dtype = fmt._read_array_header(m, version)
+    return tuple(int(x) for x in shape), np.dtype(dtype)
+
+
+def _read_npz(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+    # npz members are zip entries: loaded whole (use .npy, Parquet, CSV or HDF5 for huge files), after
+    # their .npy headers are checked against max_frames and against the bytes the zip stores.
+    import zipfile
+    import zlib
+
+    from numpy.lib import format as fmt
+
+    broken = (zipfile.BadZipFile, zlib.error, EOFError, OSError)
+    with open(path, "rb") as fh:
+        try:
+            zf = zipfile.ZipFile(fh)
+        except broken as e:
+            raise _err(path, f"truncated or corrupt .npz file ({_why(e)}); export it again") from e
+        with zf:
+            members = {}
+            for info in zf.infolist():
+                name = info.filename
+                members[name[:-4] if name.endswith(".npy") else name] = info
+            keys = list(members)
             if "landmarks" in keys:
                 key = "landmarks"
             elif "world" in keys:
@@ -294,32 +439,83 @@ def _read_npz(path: Path, chunk: int) -> Iterator[dict]:
             else:
                 raise _err(path, f"the .npz holds arrays {keys} but none named 'landmarks'; save the "
                                  "(N, 21, 3) array as landmarks=...")
-            world = _landmark_array(z[key], path, f"array '{key}'")
-            n = world.shape[0]
-            extra: dict[str, np.ndarray] = {}
+
+            def header(k: str) -> tuple[tuple[int, ...], np.dtype]:
+                info = members[k]
+                if not info.filename.endswith(".npy"):
+                    raise _err(path, f"member '{info.filename}' is not an .npy array; save the arrays "
+                                     "with np.savez")
+                try:
+                    shape, dtype = _npy_header(zf, info)
+                except broken as e:
+                    raise _err(path, f"truncated or corrupt .npz file ({_why(e)}); export it "
+                                     "again") from e
+                except Exception as e:
+                    raise _err(path, f"member '{info.filename}' is not a readable .npy array "
+                                     f"({_why(e)}); save plain numeric arrays") from e
+                if dtype.hasobject:
+                    raise _err(path, f"array '{k}' holds Python objects (pickled), not numbers; save "
+                                     "plain numeric arrays")
+                return shape, dtype
+
+            shape, dtype = header(key)
+            if dtype.kind not in "fiu":
+                raise _err(path, f"array '{key}' has dtype {dtype}, not numbers; store float landmarks "
+                                 "in metres")
+            shape = _check_shape(shape, path, f"array '{key}'")
+            n = shape[0]
+            load = {key: (shape, dtype)}
             for k in _NPZ_FIELDS:
                 if k not in keys:
                     continue
-                v = z[k]
+                kshape, kdtype = header(k)
                 name = {"t": "timestamps", "frame_index": "frame"}.get(k, k)
-                if name == "image":
-                    if v.shape != world.shape:
-                        raise _err(path, f"array 'image' has shape {v.shape}, expected {world.shape}")
-                elif v.shape != (n,):
-                    raise _err(path, f"array '{k}' has shape {v.shape}, expected ({n},) to match "
+                expect = shape if name == "image" else (n,)
+                if kshape != expect and not (name == "image" and n == 1 and kshape == shape[1:]):
+                    raise _err(path, f"array '{k}' has shape {kshape}, expected {expect} to match "
                                      f"'{key}'")
-                extra[name] = v
-            meta = {}
-            if "fps" in keys and z["fps"].shape == () and np.isfinite(z["fps"]):
-                meta["fps"] = float(z["fps"])
-            if "notes" in keys:
-                meta["notes"] = tuple(str(s) for s in z["notes"].tolist())
-    except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise _err(path, f"truncated or corrupt .npz file ({e}); export it again") from e
-    except ValueError as e:
-        if str(e).startswith(f"{path}:"):
-            raise
-        raise _err(path, f"unreadable .npz member ({e}); save plain numeric arrays") from e
+                kinds = "US" if name == "handedness" else "fiub"
+                if kdtype.kind not in kinds:
+                    raise _err(path, f"array '{k}' has dtype {kdtype}, expected "
+                                     + ("strings" if name == "handedness" else "numbers"))
+                load[k] = (kshape, kdtype)
+            for k, ok in (("fps", lambda sh, dt: sh == () and dt.kind in "fiu"),
+                          ("notes", lambda sh, dt: len(sh) == 1 and dt.kind in "US")):
+                if k in keys:
+                    ksh, kdt = header(k)
+                    if ok(ksh, kdt):
+                        load[k] = (ksh, kdt)
+            declared = sum(math.prod(sh) * dt.itemsize for sh, dt in load.values())
+            stored = min(sum(members[k].compress_size for k in load), os.path.getsize(path))
+            _check_declared(path, f"array '{key}'", n, declared, stored, max_frames)
+            arrays = {}
+            for k in load:
+                try:
+                    with zf.open(members[k]) as m:
+                        arrays[k] = fmt.read_array(m, allow_pickle=False)
+                except broken as e:
+                    raise _err(path, f"truncated or corrupt .npz file ({_why(e)}); export it "
+                                     "again") from e
+                except ValueError as e:
+                    raise _err(path, f"truncated or corrupt .npz member '{members[k].filename}' "
+                                     f"({_why(e)}); export it again") from e
+    world = arrays.pop(key).reshape(shape)
+    extra: dict[str, np.ndarray] = {}
+    for k, v in arrays.items():
+        if k in ("fps", "notes"):
+            continue
+        name = {"t": "timestamps", "frame_index": "frame"}.get(k, k)
+        if name == "handedness":
+            extra[name] = v.astype(str)
+        elif name == "detected":
+            extra[name] = v.astype(bool)
+        else:
+            extra[name] = np.asarray(v, np.float64).reshape(shape if name == "image" else (n,))
+    meta = {}
+    if "fps" in arrays and np.isfinite(arrays["fps"]):
+        meta["fps"] = float(arrays["fps"])
+    if "notes" in arrays:
+        meta["notes"] = tuple(str(s) for s in arrays["notes"].tolist())
     for s in range(0, max(n, 1), chunk):
         out = {"world": np.asarray(world[s:s + chunk], np.float64)}
         for k, v in extra.items():
@@ -359,47 +555,61 @@ def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
     return cols
 
 
-def _read_csv(path: Path, chunk: int) -> Iterator[dict]:
+def _read_csv(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
     with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
+        lines = _Lines(f, path)
+        reader = csv.reader(lines)
         try:
-            header = next(reader)
-        except StopIteration:
-            raise _err(path, "the file has no lines; expected a header and one row a frame") from None
-        cols = _wide_columns(header, path)
-        lm_idx = [cols[c] for c in LANDMARK_COLUMNS]
-        num_keys = [k for k in ("timestamps", "frame", "score") if k in cols]
-        width = len(header)
-        rows: list[list[float]] = []
-        extra: dict[str, list] = {k: [] for k in num_keys + (["handedness"] if "handedness" in cols else [])}
+            yield from _csv_rows(path, reader, chunk, max_frames)
+        except csv.Error as e:
+            # e.g. "field larger than field limit (131072)", a NUL byte, an unterminated quote
+            raise _err(path, f"line {max(lines.num, 1)}: not a readable CSV row ({_why(e)}); a "
+                             "landmark CSV holds short numeric fields separated by ','") from None
 
-        def flush():
-            out = {"world": np.asarray(rows, np.float64).reshape(-1, NUM_LANDMARKS, 3)}
-            for k, v in extra.items():
-                out[k] = np.asarray(v, dtype=str if k == "handedness" else np.float64)
-                v.clear()
-            rows.clear()
-            return out
 
-        for row in reader:
-            if not row or all(not c.strip() for c in row):
-                continue
-            line = reader.line_num
-            if len(row) != width:
-                raise _err(path, f"line {line} has {len(row)} fields, the header {width}; the file may "
-                                 "be truncated or use another delimiter (expected ',')")
-            vals = []
-            for i in lm_idx:
-                vals.append(_cell(row[i], path, line, header[i]))
-            rows.append(vals)
-            for k in num_keys:
-                extra[k].append(_cell(row[cols[k]], path, line, header[cols[k]]))
-            if "handedness" in cols:
-                extra["handedness"].append(_hand_label(row[cols["handedness"]]))
-            if len(rows) >= chunk:
-                yield flush()
-        if rows:
+def _csv_rows(path: Path, reader, chunk: int, max_frames: int | None) -> Iterator[dict]:
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise _err(path, "the file has no lines; expected a header and one row a frame") from None
+    cols = _wide_columns(header, path)
+    lm_idx = [cols[c] for c in LANDMARK_COLUMNS]
+    num_keys = [k for k in ("timestamps", "frame", "score") if k in cols]
+    width = len(header)
+    rows: list[list[float]] = []
+    extra: dict[str, list] = {k: [] for k in num_keys + (["handedness"] if "handedness" in cols else [])}
+    total = 0
+
+    def flush():
+        out = {"world": np.asarray(rows, np.float64).reshape(-1, NUM_LANDMARKS, 3)}
+        for k, v in extra.items():
+            out[k] = np.asarray(v, dtype=str if k == "handedness" else np.float64)
+            v.clear()
+        rows.clear()
+        return out
+
+    for row in reader:
+        if not row or all(not c.strip() for c in row):
+            continue
+        line = reader.line_num
+        if len(row) != width:
+            raise _err(path, f"line {line} has {len(row)} fields, the header {width}; the file may "
+                             "be truncated or use another delimiter (expected ',')")
+        total += 1
+        if max_frames is not None and total > max_frames:
+            raise _too_many(path, max_frames, f"line {line}")
+        vals = []
+        for i in lm_idx:
+            vals.append(_cell(row[i], path, line, header[i]))
+        rows.append(vals)
+        for k in num_keys:
+            extra[k].append(_cell(row[cols[k]], path, line, header[cols[k]]))
+        if "handedness" in cols:
+            extra["handedness"].append(_hand_label(row[cols["handedness"]]))
+        if len(rows) >= chunk:
             yield flush()
+    if rows:
+        yield flush()
 
 
 def _cell(text: str, path: Path, line: int, column: str) -> float:
@@ -418,10 +628,11 @@ def _hand_label(v: Any) -> str:
     return s if s in ("Right", "Left") else ""
 
 
-def _read_jsonl(path: Path, chunk: int) -> Iterator[dict]:
+def _read_jsonl(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
     world: list = []
     extra: dict[str, list] = {"timestamps": [], "handedness": [], "score": []}
     have = set()
+    total = 0
 
     def flush():
         out = {"world": np.asarray(world, np.float64).reshape(-1, NUM_LANDMARKS, 3)}
@@ -433,50 +644,77 @@ def _read_jsonl(path: Path, chunk: int) -> Iterator[dict]:
         return out
 
     with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
+        for line_no, line in enumerate(_Lines(f, path), 1):
             if not line.strip():
                 continue
+            total += 1
+            if max_frames is not None and total > max_frames:
+                raise _too_many(path, max_frames, f"line {line_no}")
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                last = not line.endswith("\n")
-                hint = "the file looks truncated" if last else "each line must be one JSON object"
-                raise _err(path, f"line {line_no} is not valid JSON ({e.msg}); {hint}") from None
-            if not isinstance(rec, dict):
-                raise _err(path, f"line {line_no} is a JSON {type(rec).__name__}, expected an object "
-                                 '{"t": seconds, "landmarks": [[x, y, z], ...21]}')
-            lm = rec.get("landmarks", rec.get("world"))
-            if lm is None:
-                world.append(np.full((NUM_LANDMARKS, 3), np.nan))
-            else:
-                try:
-                    a = np.asarray(lm, dtype=np.float64)
-                except (TypeError, ValueError):
-                    raise _err(path, f"line {line_no}: 'landmarks' is not a list of numbers; expected "
-                                     "21 [x, y, z] triples") from None
-                if a.shape == (3 * NUM_LANDMARKS,):
-                    a = a.reshape(NUM_LANDMARKS, 3)
-                if a.shape != (NUM_LANDMARKS, 3):
-                    raise _err(path, f"line {line_no}: 'landmarks' has shape {a.shape}, expected (21, 3)")
-                world.append(a)
-            t = rec.get("t", rec.get("timestamp"))
-            if t is not None:
-                have.add("timestamps")
-            try:
-                extra["timestamps"].append(math.nan if t is None else float(t))
-            except (TypeError, ValueError):
-                raise _err(path, f"line {line_no}: timestamp {t!r} is not a number of seconds") from None
-            if "handedness" in rec:
-                have.add("handedness")
-            extra["handedness"].append(_hand_label(rec.get("handedness")))
-            s = rec.get("score")
-            if s is not None:
-                have.add("score")
-            extra["score"].append(math.nan if s is None else float(s))
+                _jsonl_record(path, line_no, line, world, extra, have)
+            except ValueError as e:
+                if _ours(e, path):
+                    raise
+                raise _err(path, f"line {line_no}: unreadable record ({_why(e)})") from None
+            except RecursionError:
+                raise _err(path, f"line {line_no}: JSON nested too deeply; each line must be one "
+                                 '{"t": seconds, "landmarks": [[x, y, z], ...21]} object') from None
+            except Exception as e:  # TypeError, OverflowError, ... from odd values
+                raise _err(path, f"line {line_no}: unreadable record ({_why(e)}); expected "
+                                 '{"t": seconds, "landmarks": [[x, y, z], ...21]}') from None
             if len(world) >= chunk:
                 yield flush()
     if world:
         yield flush()
+
+
+def _jsonl_record(path: Path, line_no: int, line: str, world: list, extra: dict[str, list],
+                  have: set) -> None:
+    """Parse one JSONL line and append its frame to ``world`` / ``extra``."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        last = not line.endswith("\n")
+        hint = "the file looks truncated" if last else "each line must be one JSON object"
+        raise _err(path, f"line {line_no} is not valid JSON ({e.msg}); {hint}") from None
+    if not isinstance(rec, dict):
+        raise _err(path, f"line {line_no} is a JSON {type(rec).__name__}, expected an object "
+                         '{"t": seconds, "landmarks": [[x, y, z], ...21]}')
+    lm = rec.get("landmarks", rec.get("world"))
+    if lm is None:
+        a = np.full((NUM_LANDMARKS, 3), np.nan)
+    else:
+        try:
+            a = np.asarray(lm, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            raise _err(path, f"line {line_no}: 'landmarks' is not a list of numbers; expected "
+                             "21 [x, y, z] triples") from None
+        if a.shape == (3 * NUM_LANDMARKS,):
+            a = a.reshape(NUM_LANDMARKS, 3)
+        if a.shape != (NUM_LANDMARKS, 3):
+            raise _err(path, f"line {line_no}: 'landmarks' has shape {a.shape}, expected (21, 3)")
+    t = rec.get("t", rec.get("timestamp"))
+    try:
+        t = math.nan if t is None else float(t)
+    except (TypeError, ValueError, OverflowError):
+        raise _err(path, f"line {line_no}: timestamp {str(t)[:20]!r} is not a number of "
+                         "seconds") from None
+    sc = rec.get("score")
+    try:
+        sc = math.nan if sc is None else float(sc)
+    except (TypeError, ValueError, OverflowError):
+        raise _err(path, f"line {line_no}: score {str(sc)[:20]!r} is not a number") from None
+    # appended together, once the whole line is known to be good
+    world.append(a)
+    if rec.get("t", rec.get("timestamp")) is not None:
+        have.add("timestamps")
+    extra["timestamps"].append(t)
+    if "handedness" in rec:
+        have.add("handedness")
+    extra["handedness"].append(_hand_label(rec.get("handedness")))
+    if rec.get("score") is not None:
+        have.add("score")
+    extra["score"].append(sc)
 
 
 def _need(module: str, path: Path):
@@ -489,31 +727,69 @@ def _need(module: str, path: Path):
                          f"({e}); {_FORMATS_HINT}") from None
 
 
-def _read_parquet(path: Path, chunk: int) -> Iterator[dict]:
+#: Parquet read buffer per column: pages are streamed through it instead of whole column chunks.
+_PARQUET_BUFFER = 1 << 16
+
+
+def _read_parquet(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+    # Bounded memory: no pre-buffering (which reads whole row groups, ~1.2x the file for a file of
+    # one or two row groups), no memory map, a small buffered stream per column, only the columns
+    # used, and row batches of `chunk` rows converted to NumPy and dropped.
+    pa = _need("pyarrow", path)
     pq = _need("pyarrow.parquet", path)
+    opts = dict(pre_buffer=False, memory_map=False, buffer_size=_PARQUET_BUFFER)
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, **opts)
+        names = list(pf.schema_arrow.names)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError for broken files
-        raise _err(path, f"not a readable Parquet file ({e}); export it again") from e
-    names = list(pf.schema_arrow.names)
+        raise _err(path, f"not a readable Parquet file ({_why(e)}); export it again") from e
     cols = _wide_columns(names, path)
     wanted = [names[cols[c]] for c in LANDMARK_COLUMNS]
     opt = {k: names[cols[k]] for k in ("timestamps", "frame", "handedness", "score") if k in cols}
-    try:
-        for batch in pf.iter_batches(batch_size=chunk, columns=wanted + list(opt.values())):
-            lm = np.stack([_arrow_float(batch.column(c), path, c) for c in wanted], axis=1)
-            out = {"world": lm.reshape(-1, NUM_LANDMARKS, 3)}
-            for k, c in opt.items():
-                col = batch.column(c)
-                if k == "handedness":
-                    out[k] = np.asarray([_hand_label(v) for v in col.to_pylist()], dtype=str)
-                else:
-                    out[k] = _arrow_float(col, path, c)
-            yield out
-    except ValueError:
-        raise
-    except Exception as e:
-        raise _err(path, f"truncated or corrupt Parquet data ({e}); export it again") from e
+    used = wanted + list(opt.values())
+    md = pf.metadata
+    n = int(md.num_rows)
+    hand = opt.get("handedness")
+    # Run-length / dictionary encoding and compression let a few kB declare millions of rows:
+    # the rows' numbers (8 bytes each) and the handedness strings' uncompressed pages are compared
+    # with the bytes on disk.
+    declared = n * 8 * (len(used) - (hand is not None))
+    if hand is not None:
+        j = [i for i in range(md.num_columns) if md.schema.column(i).path == hand]
+        declared += sum(md.row_group(g).column(j[0]).total_uncompressed_size
+                        for g in range(md.num_row_groups)) if j else 0
+    _check_declared(path, "the table", n, declared, os.path.getsize(path), max_frames)
+    if hand is not None and (pa.types.is_string(pf.schema_arrow.field(hand).type)
+                             or pa.types.is_large_string(pf.schema_arrow.field(hand).type)):
+        # read as dictionary: a repeated long label stays one string instead of one per row
+        pf = pq.ParquetFile(path, read_dictionary=[hand], **opts)
+    start = 0
+    for batch in pf.iter_batches(batch_size=chunk, columns=used):
+        m = batch.num_rows
+        if max_frames is not None and start + m > max_frames:  # the metadata said otherwise
+            raise _too_many(path, max_frames, f"row {start + m}")
+        lm = np.empty((m, 3 * NUM_LANDMARKS), np.float64)
+        for j, c in enumerate(wanted):
+            lm[:, j] = _arrow_float(batch.column(c), path, c)
+        out = {"world": lm.reshape(-1, NUM_LANDMARKS, 3)}
+        for k, c in opt.items():
+            col = batch.column(c)
+            if k == "handedness":
+                out[k] = _arrow_hands(col, pa)
+            else:
+                out[k] = _arrow_float(col, path, c)
+        del batch
+        start += m
+        yield out
+
+
+def _arrow_hands(col, pa) -> np.ndarray:
+    if pa.types.is_dictionary(col.type):
+        labels = [_hand_label(v) if isinstance(v, str) and len(v) < 16 else ""
+                  for v in col.dictionary.to_pylist()] + [""]
+        ix = col.indices.fill_null(len(labels) - 1).to_numpy(zero_copy_only=False)
+        return np.asarray(labels, dtype="<U5")[ix]
+    return np.asarray([_hand_label(v) for v in col.to_pylist()], dtype="<U5")
 
 
 def _arrow_float(col, path: Path, name: str) -> np.ndarray:
@@ -525,39 +801,88 @@ def _arrow_float(col, path: Path, name: str) -> np.ndarray:
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _read_h5(path: Path, chunk: int) -> Iterator[dict]:
+def _h5_get(f, key: str, path: Path, h5py):
+    """The dataset ``key`` of ``f``, refusing data that lives in other files (never opened)."""
+    link = f.get(key, getlink=True)
+    if isinstance(link, h5py.ExternalLink):
+        raise _err(path, f"dataset '{key}' is an external link to '{link.path}' in {link.filename}; "
+                         "refused: other files are not read, store the array in this file")
+    if isinstance(link, h5py.SoftLink):
+        raise _err(path, f"dataset '{key}' is a soft link to '{link.path}'; refused: store the array "
+                         "itself under this name")
+    if not isinstance(link, h5py.HardLink):
+        raise _err(path, f"'{key}' is a {type(link).__name__}, not a dataset")
+    d = f.get(key)
+    if not isinstance(d, h5py.Dataset):
+        raise _err(path, f"'{key}' is a {type(d).__name__}, not a dataset; store the (N, 21, 3) array "
+                         f"as dataset '{key}'")
+    if d.is_virtual:
+        raise _err(path, f"dataset '{key}' is a virtual dataset (its data lives in other files); "
+                         "refused: store the array itself in this file")
+    dcpl = d.id.get_create_plist()
+    if dcpl.get_external_count():  # (Dataset.external is newer than the h5py floor)
+        files = ", ".join(os.fsdecode(dcpl.get_external(i)[0])
+                          for i in range(min(dcpl.get_external_count(), 2)))
+        raise _err(path, f"dataset '{key}' has external storage (raw data in {files}); refused: other "
+                         "files are not read, store the array in this file")
+    return d
+
+
+def _read_h5(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
     h5py = _need("h5py", path)
     try:
         f = h5py.File(path, "r")
     except OSError as e:
-        raise _err(path, f"not a readable HDF5 file ({e}); export it again") from e
+        raise _err(path, f"not a readable HDF5 file ({_why(e)}); export it again") from e
     with f:
-        dsets = [k for k in f if isinstance(f[k], h5py.Dataset)]
-        if "landmarks" in dsets:
+        links = {k: f.get(k, getlink=True) for k in f}
+        # datasets stored in this file; links are not followed to find out what they point at
+        dsets = [k for k, v in links.items()
+                 if isinstance(v, h5py.HardLink) and isinstance(f.get(k), h5py.Dataset)]
+        if "landmarks" in links:
             key = "landmarks"
-        elif "world" in dsets:
+        elif "world" in links:
             key = "world"
-        elif len(dsets) == 1:
+        elif len(links) == 1:
+            key = next(iter(links))
+        elif len(dsets) == 1 and not any(isinstance(v, (h5py.SoftLink, h5py.ExternalLink))
+                                         for v in links.values()):
             key = dsets[0]
         else:
-            raise _err(path, f"datasets {dsets} but none named 'landmarks'; store the (N, 21, 3) "
-                             "array as dataset 'landmarks'")
-        d = f[key]
+            raise _err(path, f"datasets {sorted(links)} but none named 'landmarks'; store the "
+                             "(N, 21, 3) array as dataset 'landmarks'")
+        d = _h5_get(f, key, path, h5py)
         if d.dtype.kind not in "fiu":
             raise _err(path, f"dataset '{key}' has dtype {d.dtype}, not numbers")
         shape = _check_shape(d.shape, path, f"dataset '{key}'")
-        t = f["timestamps"] if "timestamps" in dsets else None
-        if t is not None and t.shape != (shape[0],):
-            raise _err(path, f"dataset 'timestamps' has shape {t.shape}, expected ({shape[0]},)")
-        for s in range(0, shape[0], chunk):
+        n = shape[0]
+        t = _h5_get(f, "timestamps", path, h5py) if "timestamps" in links else None
+        if t is not None:
+            if t.shape != (n,):
+                raise _err(path, f"dataset 'timestamps' has shape {t.shape}, expected ({n},)")
+            if t.dtype.kind not in "fiu":
+                raise _err(path, f"dataset 'timestamps' has dtype {t.dtype}, not numbers of seconds")
+        parts = [d] + ([t] if t is not None else [])
+        declared = sum(x.size * x.dtype.itemsize for x in parts)
+        stored = sum(x.id.get_storage_size() for x in parts)  # 0 for never-written chunks
+        _check_declared(path, f"dataset '{key}'", n, declared, stored, max_frames)
+        # read whole HDF5 chunks (a compressed chunk is decompressed once, not once per slice of it)
+        span = chunk
+        if d.chunks is not None and d.ndim == 3 and d.chunks[0] > chunk:
+            span = -(-d.chunks[0] // chunk) * chunk
+        for s0 in range(0, n, span):
             try:
-                out = {"world": np.asarray(d[s:s + chunk] if d.ndim == 3 else d[()],
-                                           np.float64).reshape(-1, NUM_LANDMARKS, 3)}
-                if t is not None:
-                    out["timestamps"] = np.asarray(t[s:s + chunk], np.float64)
+                w = np.asarray(d[s0:s0 + span] if d.ndim == 3 else d[()],
+                               np.float64).reshape(-1, NUM_LANDMARKS, 3)
+                ts = None if t is None else np.asarray(t[s0:s0 + span], np.float64)
             except OSError as e:
-                raise _err(path, f"truncated or corrupt HDF5 data ({e}); export it again") from e
-            yield out
+                raise _err(path, f"truncated or corrupt HDF5 data at frame {s0} or after ({_why(e)}); "
+                                 "export it again") from e
+            for s in range(0, len(w), chunk):
+                out = {"world": w[s:s + chunk]}
+                if ts is not None:
+                    out["timestamps"] = ts[s:s + chunk]
+                yield out
 
 
 def _read_video(path: Path, chunk: int, video_options: Mapping[str, Any]) -> Iterator[dict]:
@@ -580,7 +905,13 @@ def _read_video(path: Path, chunk: int, video_options: Mapping[str, Any]) -> Ite
         yield out
 
 
-def _reader(path: Any, chunk: int, video_options: Mapping[str, Any]) -> Iterator[dict]:
+def _reader(path: Any, chunk: int, video_options: Mapping[str, Any],
+            max_frames: int | None = None) -> Iterator[dict]:
+    if max_frames is not None and max_frames != MAX_FRAMES and "max_frames" not in video_options:
+        # videos: a max_frames the caller set stops the extraction there, as it always did when it
+        # reached wuji_jax.video.extract_landmarks through **video_options (the default is not
+        # passed on: it would change the extraction cache's keys)
+        video_options = {**video_options, "max_frames": max_frames}
     if isinstance(path, int):
         return _read_video(path, chunk, video_options)
     path = Path(path)
@@ -599,21 +930,98 @@ def _reader(path: Any, chunk: int, video_options: Mapping[str, Any]) -> Iterator
     fn = {".npy": _read_npy, ".npz": _read_npz, ".csv": _read_csv, ".jsonl": _read_jsonl,
           ".ndjson": _read_jsonl, ".parquet": _read_parquet, ".pq": _read_parquet, ".h5": _read_h5,
           ".hdf5": _read_h5}[ext]
-    return fn(path, chunk)
+    return fn(path, chunk, max_frames)
 
 
-def _checked(path: Any, chunks: Iterator[dict], fps: float | None) -> Iterator[dict]:
-    """Shape checks, inf → NaN, flags, timestamps that must not go backwards, at least one frame."""
+def _guard(path: Any, chunks: Iterator[dict]) -> Iterator[dict]:
+    """Any failure while reading a data file → this module's one-line ``ValueError`` naming it.
+
+    The readers name the line or frame where they know it; anything that still escapes them
+    (``csv.Error``, ``RecursionError``, ``zlib.error``, ``struct.error``, h5py's and pyarrow's
+    errors on damaged files, ...) is reported with the number of frames read before it.
+    ``MemoryError`` and ``KeyboardInterrupt`` pass through.
+    """
+    n = 0
+    try:
+        for c in chunks:
+            n += len(c["world"])
+            yield c
+    except ValueError as e:
+        if _ours(e, path):
+            raise
+        raise _err(path, _unreadable(path, n, e)) from e
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise _err(path, _unreadable(path, n, e)) from e
+
+
+def _unreadable(path: Any, n: int, e: BaseException) -> str:
+    where = f" after {n:,} frames" if n else ""
+    kind = Path(path).suffix.lower().lstrip(".") or "data"
+    return (f"cannot read this {kind} file{where} ({_why(e)}); it may be truncated or corrupt: export "
+            "it again")
+
+
+def _frames(src: Any, chunk: int, video_options: Mapping[str, Any], fps: float | None,
+            max_frames: int | None) -> Iterator[dict]:
+    """One source's checked chunks; for data files every failure is the one-line ``ValueError``."""
+    chunks = _checked(src, _reader(src, chunk, video_options, max_frames), fps, max_frames)
+    if isinstance(src, int) or Path(src).suffix.lower() not in DATA_EXTENSIONS:
+        return chunks  # videos and image folders: wuji_jax.video's own errors
+    return _guard(src, chunks)
+
+
+def _max_frames(max_frames: Any) -> int | None:
+    if max_frames is None:
+        return None
+    if isinstance(max_frames, bool) or not isinstance(max_frames, (int, np.integer)) or max_frames < 1:
+        raise ValueError(f"max_frames must be a positive integer (or None for no limit), got "
+                         f"{max_frames!r}")
+    return int(max_frames)
+
+
+def degenerate_frames(landmarks: Any) -> np.ndarray:
+    """Frames whose 21 landmarks all sit at one point: ``(..., 21, 3)`` → bool ``(...)``.
+
+    True where all 63 values are finite and the landmarks' bounding box is smaller than
+    :data:`DEGENERATE_EXTENT` (1e-6, in the landmarks' own unit) along every axis, i.e. the
+    largest of ``max - min`` over the 21 points in x, y and z is below it. Such a frame is no hand
+    (all zeros, one point repeated, a placeholder export): 1e-6 is 1 µm for metres, while a real
+    hand spans 5-40 cm in metres, 50-400 in millimetres, tens of pixels, ~0.01 and more in
+    normalised image coordinates. Frames with a NaN/inf are False here (they are flagged as
+    missing anyway). :func:`load_landmarks` flags degenerate frames ``detected`` False and notes
+    them; :func:`iter_chunks` yields them as they are.
+    """
+    a = np.asarray(landmarks, dtype=np.float64)
+    if a.shape[-2:] != (NUM_LANDMARKS, 3):
+        raise ValueError(f"degenerate_frames: landmarks have shape {a.shape}, expected (..., 21, 3)")
+    x = a.reshape(-1, 3 * NUM_LANDMARKS)
+    extent = np.zeros(x.shape[0])
+    with np.errstate(invalid="ignore"):
+        for k in range(3):  # per axis over rows of 63: fast reductions along the last axis
+            c = x[:, k::3]
+            extent = np.maximum(extent, c.max(axis=1) - c.min(axis=1))
+    return (np.isfinite(x).all(axis=1) & (extent < DEGENERATE_EXTENT)).reshape(a.shape[:-2])
+
+
+def _checked(path: Any, chunks: Iterator[dict], fps: float | None,
+             max_frames: int | None = None) -> Iterator[dict]:
+    """Shape checks, inf → NaN, flags (missing, degenerate), timestamps that must not go backwards,
+    at least one frame, at most ``max_frames``."""
     start = 0
     last_t = -math.inf
     for c in chunks:
         w = np.array(c["world"], dtype=np.float64)  # a private copy: never a view of a memmap
         n = w.shape[0]
         assert w.shape == (n, NUM_LANDMARKS, 3), w.shape
+        if max_frames is not None and start + n > max_frames:
+            raise _too_many(path, max_frames, f"frame {max_frames:,} and on")
         w[np.isinf(w)] = np.nan
         finite = np.isfinite(w).all(axis=(1, 2))
         c["world"] = w
-        c["detected"] = finite & np.asarray(c.get("detected", True), dtype=bool)
+        c["detected"] = (finite & ~degenerate_frames(w)
+                         & np.asarray(c.get("detected", True), dtype=bool))
         t = c.get("timestamps")
         if t is None and fps is not None:
             t = (start + np.arange(n)) / fps
@@ -639,6 +1047,7 @@ def _checked(path: Any, chunks: Iterator[dict], fps: float | None) -> Iterator[d
 
 
 def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None,
+                max_frames: int | None = MAX_FRAMES,
                 **video_options: Any) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """Stream landmarks in chunks with bounded memory.
 
@@ -647,12 +1056,19 @@ def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None
     ``(n,)`` float64 seconds (NaN where unknown, ``i / fps`` when ``fps`` is given). ``.npy`` files
     are memory-mapped, Parquet is read by row batches, CSV and JSONL are streamed; ``.npz`` members
     and videos are loaded whole. Several files / globs / folders are chained in order.
+
+    ``max_frames`` (default :data:`MAX_FRAMES`, None for no limit) caps each file's frames: a file
+    declaring more is refused before any frame is read, one found holding more when it is reached
+    (a one-line ``ValueError``). For videos and image folders a ``max_frames`` you set is passed to
+    :func:`wuji_jax.video.extract_landmarks`, which stops after that many frames. Every failure
+    reading a data file is a one-line ``ValueError`` naming it.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    max_frames = _max_frames(max_frames)
     offset = 0
     for src in _expand(source):
-        for c in _checked(src, _reader(src, chunk_size, video_options), fps):
+        for c in _frames(src, chunk_size, video_options, fps, max_frames):
             n = c["world"].shape[0]
             t = c.get("timestamps")
             yield offset + c["start"], c["world"], (np.full(n, np.nan) if t is None else t)
@@ -660,7 +1076,7 @@ def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None
 
 
 def load_landmarks(sources: Any, *, fps: float | None = None, on_error: str = "raise",
-                   **video_options: Any) -> LandmarkRecording:
+                   max_frames: int | None = MAX_FRAMES, **video_options: Any) -> LandmarkRecording:
     """Load one or several landmark files, globs, folders, videos or image folders.
 
     Args:
@@ -669,6 +1085,10 @@ def load_landmarks(sources: Any, *, fps: float | None = None, on_error: str = "r
             NaN).
         on_error: ``"raise"`` (default) raises the first file's one-line ``ValueError``;
             ``"skip"`` records it in ``notes`` and loads the remaining files.
+        max_frames: the most frames one data file may hold (default :data:`MAX_FRAMES`; None: no
+            limit); a file with more is that file's ``ValueError``. For videos and image folders a
+            value you set is passed to :func:`wuji_jax.video.extract_landmarks` (stop after that many
+            frames).
         **video_options: passed to :func:`wuji_jax.video.extract_landmarks` for videos and image
             folders (``model``, ``hand``, ``mirrored``, ``min_confidence``, ``progress``, ``cache``).
 
@@ -678,13 +1098,14 @@ def load_landmarks(sources: Any, *, fps: float | None = None, on_error: str = "r
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    max_frames = _max_frames(max_frames)
     parts: list[dict] = []
     names: list[str] = []
     notes: list[str] = []
     fps_seen: list[float] = []
     for src in _expand(sources):
         try:
-            chunks = list(_checked(src, _reader(src, 1 << 20, video_options), fps))
+            chunks = list(_frames(src, 1 << 20, video_options, fps, max_frames))
         except ValueError as e:
             if on_error == "raise":
                 raise
@@ -759,8 +1180,9 @@ def _file_notes(name: str, part: dict[str, np.ndarray]) -> list[str]:
     n = len(part["world"])
     missing = np.flatnonzero(~part["detected"])
     if missing.size:
-        notes.append(f"{name}: {missing.size} of {n} frames have no hand or non-finite values "
-                     f"(first at frame {int(part['frame'][missing[0]])}); kept and flagged")
+        notes.append(f"{name}: {missing.size} of {n} frames have no hand, non-finite values or all "
+                     f"landmarks at one point (first at frame {int(part['frame'][missing[0]])}); kept "
+                     "and flagged")
     h = part["handedness"]
     right, left = int(np.count_nonzero(h == "Right")), int(np.count_nonzero(h == "Left"))
     if right and left:
@@ -781,8 +1203,10 @@ def check_units(landmarks: Any) -> str | None:
 
     Judged on the median over finite frames of the hand size (wrist → middle-finger MCP, typically
     6–12 cm) and extent (bounding-box diagonal, typically 5–40 cm). Recognises millimetres,
-    centimetres, pixels and MediaPipe's normalised image coordinates. None when nothing looks wrong,
-    or when no frame is finite.
+    centimetres, pixels and MediaPipe's normalised image coordinates. Frames whose 21 landmarks sit
+    at one point (:func:`degenerate_frames`) are never fine: the units are judged without them and
+    the description says how many there are. None when nothing looks wrong, or when no frame is
+    finite.
     """
     a = np.asarray(landmarks, dtype=np.float64)
     if a.shape[-2:] != (NUM_LANDMARKS, 3):
@@ -791,6 +1215,24 @@ def check_units(landmarks: Any) -> str | None:
     a = a[np.isfinite(a).all(axis=(1, 2))]
     if a.shape[0] == 0:
         return None
+    deg = degenerate_frames(a)
+    if deg.all():
+        return (f"all {a.shape[0]} finite frames have their 21 landmarks at one point (zero extent): "
+                "not hand landmarks; check the export")
+    flat = None
+    if deg.any():
+        first = int(np.flatnonzero(degenerate_frames(np.asarray(landmarks, np.float64)
+                                                     .reshape(-1, NUM_LANDMARKS, 3)))[0])
+        flat = (f"{int(deg.sum())} of {a.shape[0]} finite frames have their 21 landmarks at one point "
+                f"(zero extent, first at frame {first}): not hands")
+        a = a[~deg]
+    units = _unit_problem(a)
+    if flat is None:
+        return units
+    return flat if units is None else f"{units}; {flat}"
+
+
+def _unit_problem(a: np.ndarray) -> str | None:
     size = float(np.median(np.linalg.norm(a[:, 9] - a[:, 0], axis=-1)))
     extent = float(np.median(np.linalg.norm(a.max(axis=1) - a.min(axis=1), axis=-1)))
     what = f"hand size (wrist to middle-finger MCP, median of {a.shape[0]} frames) is {size:.4g}"
