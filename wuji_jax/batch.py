@@ -76,11 +76,15 @@ then concatenate the per-process tables (``pandas.concat``); each process resume
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
+import glob
+import hashlib
 import json
 import math
 import os
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -90,6 +94,7 @@ import numpy as np
 
 from . import io as wio
 from .geometry import matrix_to_quaternion
+from .solver.config import FLAG_NAMES
 
 __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_CHUNK_SIZE"]
 
@@ -217,9 +222,22 @@ def _count_frames(path: Any) -> int | None:
     return None
 
 
+def _strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float as ``None``: strict JSON (no NaN or Infinity)."""
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
 def _atomic_json(path: Path, obj: Any):
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(_strict(obj), indent=1, sort_keys=True, allow_nan=False))
     os.replace(tmp, path)
 
 
@@ -231,6 +249,15 @@ def _write_part(path: Path, arrays: dict[str, np.ndarray]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _part_ok(path: Path, digest: str) -> bool:
+    """Whether a part file is whole (its zip directory reads) and was written for ``digest``."""
+    try:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            return "run" in z.files and str(z["run"]) == digest
+    except Exception:  # any damage: the part is solved again
+        return False
 
 
 def _read_part(path: Path) -> dict[str, np.ndarray]:
@@ -352,8 +379,20 @@ class _Kernel:
 # ----------------------------------------------------------------------------------- the dataset
 
 
+def _content_hash(path: Path) -> str:
+    """SHA-256 of a file's bytes (about 1 GB/s here: small next to solving the frames it holds)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire: bool,
-              check_units: bool, fps: float | None, dtype) -> dict:
+              check_units: bool, fps: float | None, dtype, devices: Sequence[Any], batch_size: int) -> dict:
+    """What a resumed run must share with the interrupted one for its parts to be reused: every
+    input's bytes (a full SHA-256, so an input rewritten in place with the same size and time is
+    noticed), the settings, the device kind and count and the batch size (both change float rounding)."""
     from . import __version__
 
     inputs = []
@@ -364,13 +403,16 @@ def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire:
         p = Path(f)
         try:
             st = p.stat()
-            inputs.append({"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+            digest = _content_hash(p) if p.is_file() else None  # a folder of images: path, size, time
+            inputs.append({"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                           "sha256": digest})
         except OSError:
-            inputs.append({"path": str(p.resolve()), "size": None, "mtime_ns": None})
+            inputs.append({"path": str(p.resolve()), "size": None, "mtime_ns": None, "sha256": None})
     return {"inputs": inputs, "chunk_size": int(chunk_size), "side": side, "inspire": bool(inspire),
             "check_units": bool(check_units), "fps": fps, "dtype": np.dtype(dtype).name,
             "solver": {"static": list(config.static()),
                        "traced": {k: float(v) for k, v in config.numbers().items()}},
+            "devices": [devices[0].platform, len(devices)], "batch_size": int(batch_size),
             "wuji_jax": __version__}
 
 
@@ -392,6 +434,8 @@ def _file_side(side: str, world: np.ndarray, path: str, notes: list) -> str:
 
 def _out_path(out: Any) -> Path:
     out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"{out}: is a folder; name the table to write inside it, e.g. {out / 'angles.parquet'}")
     ext = out.suffix.lower()
     if ext not in (".parquet", ".pq", ".npz", ".csv"):
         raise ValueError(f"{out}: unsupported output extension {out.suffix!r}; use .parquet, .npz or .csv")
@@ -402,6 +446,112 @@ def _out_path(out: Any) -> Path:
             raise ImportError(f"{out}: writing Parquet needs pyarrow (pip install 'wuji-jax[formats]'); "
                               "or write .npz / .csv")
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _outputs_of(out: Path) -> list[Path]:
+    """Every path a run writes: the table, its summary, plot, parts folder and lock."""
+    return [out, out.with_name(out.stem + "_summary.json"), out.with_name(out.stem + "_plot.png"),
+            Path(str(out) + ".parts"), _lock_path(out)]
+
+
+def _check_outputs(source: Any, files: Sequence[Any], out: Path) -> None:
+    """Refuse, before any work, a run whose outputs would overwrite or later be read as its inputs."""
+    written = [w.resolve() for w in _outputs_of(out)]
+    for f in files:
+        if isinstance(f, int):
+            continue
+        p = Path(f)
+        if p.resolve() in written or any(_same_file(p, w) for w in written):
+            raise ValueError(f"{p}: is both an input and an output of this run; write the output elsewhere (-o)")
+        if any(p.resolve().is_relative_to(w) for w in written[3:4]):
+            raise ValueError(f"{p}: lies in this run's parts folder {written[3]}; write the output elsewhere (-o)")
+    # an input folder or glob that would pick up the table on the next run
+    sources = [source] if isinstance(source, (str, os.PathLike, int)) else list(source)
+    readable = out.suffix.lower() in wio.DATA_EXTENSIONS
+    for s in sources:
+        if isinstance(s, int) and not isinstance(s, bool) or not readable:
+            continue
+        p = Path(s)
+        if p.is_dir() and out.resolve().parent == p.resolve():
+            raise ValueError(f"{out}: lies in the input folder {p}, so a later run would read it as input; "
+                             "write the output elsewhere (-o)")
+        if isinstance(s, str) and wio._is_glob(s) and not p.exists() and (
+                fnmatch.fnmatch(str(out), s) or fnmatch.fnmatch(str(out.resolve()), s)):
+            raise ValueError(f"{out}: matches the input pattern {s!r}, so a later run would read it as input; "
+                             "write the output elsewhere (-o)")
+
+
+def _remove_stale_temporaries(out: Path) -> None:
+    """Temporary files a killed run left next to ``out`` (the caller holds the lock: nobody else
+    writes them)."""
+    for stem in (out.name, out.stem + "_summary.json"):
+        for tmp in out.parent.glob(f".{glob.escape(stem)}.*.tmp*"):
+            tmp.unlink(missing_ok=True)
+        for tmp in out.parent.glob(f"{glob.escape(stem)}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+def _lock_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lock")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists (another user's process) or cannot tell: assume alive
+    return True
+
+
+class _OutputLock:
+    """``<out>.lock``, created exclusively, holding the PID, host and start time of the run that writes
+    ``out``. A second run on the same output refuses, naming the first; a lock left by a dead process
+    on this host is taken over."""
+
+    def __init__(self, out: Path):
+        self.path = _lock_path(out)
+        self.out = out
+        self.mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+    def __enter__(self):
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    other = json.loads(self.path.read_text())
+                    pid, host = int(other["pid"]), str(other["host"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    other, pid, host = {}, None, None
+                if pid is not None and host == socket.gethostname() and not _alive(pid):
+                    self.path.unlink(missing_ok=True)  # left by a run that was killed
+                    continue
+                who = (f"PID {pid} on {host}, started {other.get('started', '?')}" if pid is not None
+                       else "a run whose lock file is unreadable")
+                raise ValueError(f"{self.out}: another run ({who}) is writing this output; wait for it or "
+                                 f"choose another -o (if that run is gone, delete {self.path})") from None
+            with os.fdopen(fd, "w") as f:
+                f.write(self.mine)
+            return self
+        raise ValueError(f"{self.out}: could not take the lock {self.path}; delete it if no run is writing")
+
+    def __exit__(self, *exc):
+        try:
+            if self.path.read_text() == self.mine:
+                self.path.unlink()
+        except OSError:
+            pass
+        return False
 
 
 def solve_dataset(
@@ -449,7 +599,8 @@ def solve_dataset(
         keep_parts: keep ``<out>.parts/`` after writing ``out``.
 
     Returns:
-        a summary dict: ``frames`` (rows written), ``flagged`` (nonzero flags), ``valid``,
+        a summary dict (written as strict JSON: ``null`` for a missing number): ``frames`` (rows
+        written), ``flagged`` (nonzero flags), ``flag_counts`` (rows per flag name), ``valid``,
         ``residual_mm_mean`` / ``residual_mm_median`` (over valid frames), ``frames_per_second``
         (frames solved by this call / wall time, compilation included), ``wall_seconds``,
         ``solved_frames``, ``resumed_frames``, ``files``, ``errors``, ``notes``, ``devices``,
@@ -495,9 +646,21 @@ def solve_dataset(
     dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
 
     files = wio._expand(source)
-    identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype)
-
+    _check_outputs(source, files, out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    with _OutputLock(out):
+        return _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
+                             batch_size, check_units, fps, plot, keep_parts, dtype, t_start)
+
+
+def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
+                  check_units, fps, plot, keep_parts, dtype, t_start) -> dict[str, Any]:
+    """:func:`solve_dataset` once its arguments are checked and it holds the output's lock."""
+    identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    nd = len(devices)
+    _remove_stale_temporaries(out)
+
     parts_dir = Path(str(out) + ".parts")
     manifest_path = parts_dir / "manifest.json"
     notes: list[str] = []
@@ -524,7 +687,13 @@ def solve_dataset(
     parts_dir.mkdir(parents=True, exist_ok=True)
     for stale in parts_dir.glob("*.tmp"):
         stale.unlink()
-    done = {int(p.stem.split("_")[1]) for p in parts_dir.glob("chunk_*.npz")}
+    done = set()
+    for part in sorted(parts_dir.glob("chunk_*.npz")):
+        if _part_ok(part, digest):
+            done.add(int(part.stem.split("_")[1]))
+        else:  # cut short (a full disk, a copy) or from another run: solved again
+            notes.append(f"{part}: damaged or not from this run's inputs; solved again")
+            part.unlink()
     manifest = {"version": _MANIFEST_VERSION, "identity": identity, "files": []}
 
     def save_manifest():
@@ -551,7 +720,8 @@ def solve_dataset(
             chunk, outs = pending.pop(0)
             res = kernel.collect(outs, chunk.n)
             arrays = {"source": np.concatenate(chunk.source), "frame": np.concatenate(chunk.frame),
-                      "timestamp": np.concatenate(chunk.time), "side": np.asarray(chunk.side), **res}
+                      "timestamp": np.concatenate(chunk.time), "side": np.asarray(chunk.side),
+                      "run": np.asarray(digest), **res}
             _write_part(part_path(chunk.start), arrays)
             done.add(chunk.start)
             stats["done"] += chunk.n
@@ -660,7 +830,13 @@ def solve_dataset(
         raise RuntimeError(f"{parts_dir}: part chunk_{missing[0]:012d}.npz is missing; run again")
 
     n_rows = sum(e["frames"] for e in good)
-    assembled = _assemble(out, [part_path(k) for k in needed], failed, files, inspire, n_rows)
+    try:  # the lock keeps other runs out; this catches anything else that touched the folder
+        on_disk = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        on_disk = None
+    if on_disk != manifest:
+        raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
+    assembled = _assemble(out, [part_path(k) for k in needed], failed, files, inspire, n_rows, digest)
     wall = time.perf_counter() - t_start
 
     plot_path = None
@@ -672,6 +848,7 @@ def solve_dataset(
     res = assembled["residual_valid"]
     summary = {
         "frames": assembled["frames"], "flagged": assembled["flagged"], "valid": assembled["valid"],
+        "flag_counts": assembled["flag_counts"],
         "residual_mm_mean": float(np.mean(res)) if res.size else None,
         "residual_mm_median": float(np.median(res)) if res.size else None,
         "frames_per_second": stats["solved"] / wall if wall > 0 else None,
@@ -700,8 +877,12 @@ def _read_file(src: Any, name: str, chunk_size: int, fps: float | None) -> Itera
             item = next(it)
         except StopIteration:
             return
-        except (ValueError, OSError) as e:
-            msg = " ".join(str(e).split())
+        except (MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # any failure of one file's reading is that file's error
+            msg = " ".join(str(e).split()) or type(e).__name__
+            if not isinstance(e, (ValueError, OSError)):
+                msg = f"{type(e).__name__}: {msg}"
             raise _FileError(msg if msg.startswith(name) else f"{name}: {msg}") from None
         yield item
 
@@ -800,7 +981,7 @@ class _Writer:
 
 
 def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequence[Any],
-              inspire: bool, n_rows: int) -> dict[str, Any]:
+              inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
     """Concatenate the parts in order into ``out``; statistics and a strided sample for the plot."""
     names = [str(f) for f in files]
     stride = max(1, -(-n_rows // _PLOT_POINTS))
@@ -808,10 +989,19 @@ def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequen
     hands: dict[str, Any] = {}
     residual, sample = [], []
     frames = flagged = valid = 0
+    flag_counts = dict.fromkeys(FLAG_NAMES, 0)
     row = 0
     try:
         for pf in part_files:
-            part = _read_part(pf)
+            try:
+                part = _read_part(pf)
+            except Exception as e:  # a damaged part: removed, so that the next run solves it again
+                pf.unlink(missing_ok=True)
+                raise RuntimeError(f"{pf}: damaged part ({type(e).__name__}: {e}); removed: run the same "
+                                   "command again to solve its frames anew") from None
+            if str(part.get("run")) != digest:
+                raise RuntimeError(f"{pf}: written by another run (different inputs or settings); run again "
+                                   "with --no-resume (resume=False)")
             keep = ~np.isin(part["source"], np.fromiter(failed, np.int32, len(failed)))
             if not keep.all():
                 part = {k: (v if v.ndim == 0 else v[keep]) for k, v in part.items()}
@@ -822,8 +1012,11 @@ def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequen
             writer.write(table)
             frames += m
             flagged += int(np.count_nonzero(part["flags"]))
+            for bit in flag_counts:
+                flag_counts[bit] += int(np.count_nonzero(part["flags"] & bit))
             valid += int(np.count_nonzero(part["valid"]))
-            residual.append(part["residual_mm"][part["valid"]].astype(np.float64))
+            good = part["valid"] & np.isfinite(part["residual_mm"])
+            residual.append(part["residual_mm"][good].astype(np.float64))
             pick = (np.arange(row, row + m) % stride) == 0
             bad = ~part["valid"][pick]  # drawn as gaps: their angles are only the start pose
             sample.append({"row": np.arange(row, row + m)[pick], "t": part["timestamp"][pick],
@@ -840,6 +1033,7 @@ def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequen
         raise RuntimeError(f"{out}: assembled {frames} rows but the inputs hold {n_rows}; run again "
                            "with resume=False")
     return {"frames": frames, "flagged": flagged, "valid": valid,
+            "flag_counts": {FLAG_NAMES[b]: c for b, c in flag_counts.items()},
             "residual_valid": np.concatenate(residual) if residual else np.zeros(0), "sample": sample}
 
 

@@ -331,7 +331,8 @@ def _solve_parser(sub) -> None:
                    help="landmark files, globs or folders (.npy .npz .csv .jsonl .parquet .h5, videos); "
                         "default: the bundled sample")
     p.add_argument("-o", "--output", metavar="OUT",
-                   help="table to write (.parquet, .npz or .csv; default: wuji_out/<input>_angles.parquet)")
+                   help="table to write (.parquet, .npz or .csv), or an existing folder to write "
+                        "<input>_angles.parquet into (default: wuji_out/<input>_angles.parquet)")
     p.add_argument("--side", choices=("right", "left", "auto"), default="right",
                    help="hand model (default: right; auto decides per file from the landmarks)")
     p.add_argument("--chunk-size", type=int, default=4096, metavar="N",
@@ -355,7 +356,7 @@ def _solve_output(args) -> Path:
     import importlib.util
 
     fmt = args.format
-    if args.output:
+    if args.output and not Path(args.output).is_dir():
         out = Path(args.output)
         ext = out.suffix.lower().lstrip(".")
         if not ext:
@@ -374,7 +375,8 @@ def _solve_output(args) -> Path:
         stem = Path(args.inputs[0]).stem
     else:
         stem = "dataset"
-    return Path("wuji_out") / f"{stem}_angles.{fmt}"
+    # an existing folder given as -o: the default name inside it
+    return Path(args.output or "wuji_out") / f"{stem}_angles.{fmt}"
 
 
 def _run_solve(args) -> int:

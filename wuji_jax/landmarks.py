@@ -110,8 +110,12 @@ def unit_problem(landmarks) -> str | None:
         return None
     lm = lm.astype(_np.float64)
     ext = hand_extent(lm)
-    ok = _np.isfinite(ext) & (ext > 0)
+    fin_ext = _np.isfinite(ext)
+    ok = fin_ext & (ext > 1e-9)
     if not ok.any():
+        if fin_ext.any():  # landmarks, but every frame a single point
+            return ("every frame's landmarks are one point (zero extent): not a hand; check the file's "
+                    "columns or how it was written")
         return None
     e = float(ext[0]) if ext.size == 1 else float(_np.median(ext[ok]))
     good = lm if ok.all() else lm[ok]

@@ -16,7 +16,9 @@ from .api import solve as solve
 from .api import solve_checked as solve_checked
 from .api import solve_optax as solve_optax
 from .api import solve_rows as solve_rows
+from .config import DEGENERATE_SPREAD as DEGENERATE_SPREAD
 from .config import FLAG_BAD_SCALE as FLAG_BAD_SCALE
+from .config import FLAG_DEGENERATE as FLAG_DEGENERATE
 from .config import FLAG_HIGH_RESIDUAL as FLAG_HIGH_RESIDUAL
 from .config import FLAG_MIRRORED as FLAG_MIRRORED
 from .config import FLAG_NAMES as FLAG_NAMES
@@ -29,5 +31,5 @@ __all__ = [
     "SolverConfig", "IKResult", "solve", "solve_rows", "solve_checked", "landmark_loss", "solve_optax",
     "pose_from_palm", "neutral_angles", "check_solver_input", "pick_side", "CHUNK_FRAMES",
     "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL", "FLAG_MIRRORED", "FLAG_NOT_FINITE",
-    "FLAG_NAMES",
+    "FLAG_DEGENERATE", "DEGENERATE_SPREAD", "FLAG_NAMES",
 ]

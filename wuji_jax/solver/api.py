@@ -29,7 +29,7 @@ from ..devices import split_over_devices
 from ..kinematics import check_angles
 from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
-from .config import (FLAG_BAD_SCALE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
+from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
 from .lm import Problem, Structure, Variables, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
@@ -90,7 +90,13 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     used = w > 0
     n_valid = geo.total(used.astype(jnp.int32), 0)
     palm = np.asarray(ch.palm_kps, int)
-    valid = (n_valid >= config.min_landmarks) & (geo.total(used[palm].astype(jnp.int32), 0) >= 3)
+    enough = (n_valid >= config.min_landmarks) & (geo.total(used[palm].astype(jnp.int32), 0) >= 3)
+    # landmarks without extent (all one point) are not a hand: not solved
+    count = jnp.maximum(n_valid, 1).astype(dtype)
+    dev = y - geo.total(jnp.where(used, y, 0.0), 1)[:, None] / count
+    spread2 = geo.total(jnp.where(used, geo.dot(dev, dev), 0.0), 0) / count
+    degenerate = enough & ~(spread2 >= DEGENERATE_SPREAD ** 2)
+    valid = enough & ~degenerate
 
     zeros = jnp.zeros((n, 1), dtype)
     rest, _ = fk(params, ch, link_angles(ch, zeros, coupled_rows(hand, zeros)), jacobian=False)
@@ -127,14 +133,16 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     errs = jnp.where(used, jnp.sqrt(jnp.where(used, ss, 1.0)), 0.0)  # (21, B)
     resid = jnp.sqrt(jnp.maximum(geo.total(errs * errs, 0) / jnp.maximum(n_valid, 1), 1e-30))
     finite_fit = finite_fit & jnp.isfinite(resid) & jnp.isfinite(c)
-    flags = (jnp.where(valid, 0, FLAG_TOO_FEW_LANDMARKS)
-             | jnp.where((s < 0.3) | (s > 3.0), FLAG_BAD_SCALE, 0)
+    bad_scale = ~((s >= 0.3) & (s <= 3.0))
+    flags = (jnp.where(enough, 0, FLAG_TOO_FEW_LANDMARKS)
+             | jnp.where(degenerate, FLAG_DEGENERATE, 0)
+             | jnp.where(bad_scale, FLAG_BAD_SCALE, 0)
              | jnp.where(resid > config.flag_residual, FLAG_HIGH_RESIDUAL, 0)
              | jnp.where(det < 0, FLAG_MIRRORED, 0)
              | jnp.where(finite_fit, 0, FLAG_NOT_FINITE)).astype(jnp.int32)
     return dict(angles=q.T, coupled=rot.T, rotation=jnp.transpose(x.R, (2, 0, 1)), translation=x.t.T, scale=s,
-                keypoints=jnp.transpose(fit, (2, 1, 0)), residual=resid, errors=errs.T, valid=valid & finite_fit,
-                converged=converged & valid & finite_fit, iterations=iters, flags=flags, cost=c)
+                keypoints=jnp.transpose(fit, (2, 1, 0)), residual=resid, errors=errs.T, valid=valid & finite_fit & ~bad_scale,
+                converged=converged & valid & finite_fit & ~bad_scale, iterations=iters, flags=flags, cost=c)
 
 
 def _solve_chunked(hand, landmarks, weights, q0, config, warm=False) -> dict:

@@ -10,16 +10,21 @@ import numpy as np
 
 __all__ = [
     "SolverConfig", "IKResult", "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL",
-    "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_NAMES",
+    "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_DEGENERATE", "DEGENERATE_SPREAD", "FLAG_NAMES",
 ]
 
 FLAG_TOO_FEW_LANDMARKS = 1  #: fewer than ``config.min_landmarks`` usable landmarks, or < 3 palm points
-FLAG_BAD_SCALE = 2  #: estimated hand scale outside [0.3, 3] × the model (units? wrong data?)
+FLAG_BAD_SCALE = 2  #: estimated hand scale outside [0.3, 3] × the model (units? wrong data?); ``valid`` is False
 FLAG_HIGH_RESIDUAL = 4  #: RMS residual above ``config.flag_residual``
 FLAG_MIRRORED = 8  #: the palm's chirality is that of the other hand
 FLAG_NOT_FINITE = 16  #: the fit is not finite (e.g. coordinates near float overflow); ``valid`` is False
+#: the landmarks have no extent (RMS distance from their centroid below :data:`DEGENERATE_SPREAD`): not a
+#: hand; not solved (the start pose is returned) and ``valid`` is False
+FLAG_DEGENERATE = 32
+DEGENERATE_SPREAD = 1e-6  #: metres
 FLAG_NAMES = {FLAG_TOO_FEW_LANDMARKS: "too_few_landmarks", FLAG_BAD_SCALE: "bad_scale",
-              FLAG_HIGH_RESIDUAL: "high_residual", FLAG_MIRRORED: "mirrored", FLAG_NOT_FINITE: "not_finite"}
+              FLAG_HIGH_RESIDUAL: "high_residual", FLAG_MIRRORED: "mirrored", FLAG_NOT_FINITE: "not_finite",
+              FLAG_DEGENERATE: "degenerate"}
 
 _STATIC = ("coupling",)
 _INTEGER = ("iterations", "min_landmarks")
@@ -115,7 +120,9 @@ class IKResult(NamedTuple):
         keypoints: ``(*batch, 21, 3)`` fitted model keypoints in the input frame, metres.
         residual: ``(*batch,)`` RMS distance between fitted and usable landmarks, metres.
         errors: ``(*batch, 21)`` per-landmark distance, metres (0 where a landmark was masked).
-        valid: ``(*batch,)`` bool: enough usable landmarks and a finite fit.
+        valid: ``(*batch,)`` bool: enough usable landmarks with some extent, a finite fit and a
+            plausible scale (no ``FLAG_TOO_FEW_LANDMARKS``, ``FLAG_DEGENERATE``, ``FLAG_NOT_FINITE`` or
+            ``FLAG_BAD_SCALE``); frames with only ``FLAG_HIGH_RESIDUAL`` or ``FLAG_MIRRORED`` stay valid.
         converged: ``(*batch,)`` bool: LM stopped because no further step could lower the cost
             (``SolverConfig.tolerance``), rather than at the iteration limit or stalled.
         iterations: ``(*batch,)`` int32, LM iterations the frame ran (accepted or not).
