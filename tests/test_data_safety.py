@@ -250,3 +250,20 @@ def test_a_truncated_part_is_solved_again(tmp_path, world, monkeypatch):
     s = batch.solve_dataset(src, out, **FAST)
     assert s["resumed_frames"] == 64 and any("damaged" in n for n in s["notes"])
     assert out.read_bytes() == ref.read_bytes()
+
+
+# ---------------------------------------------------------------------- 5. bounded work per file
+
+
+def test_max_frames_limits_each_file_at_the_cli(tmp_path, world, capsys):
+    src = _npy(tmp_path / "long.npy", world[:30])
+    out = tmp_path / "o.parquet"
+    assert main(["solve", src, "-o", str(out), "--max-frames", "10", "--quiet", "--no-plot"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "long.npy" in err and "--max-frames" in err
+    assert not out.exists() and not Path(str(out) + ".parts").exists()
+    assert main(["solve", src, "-o", str(out), "--max-frames", "0"]) == 2
+    capsys.readouterr()
+    assert main(["solve", src, "-o", str(out), "--max-frames", "30", "--chunk-size", "64", "--iterations", "5",
+                 "--quiet", "--no-plot"]) == 0
+    assert len(pd.read_parquet(out)) == 30

@@ -572,6 +572,7 @@ def solve_dataset(
     fps: float | None = None,
     plot: bool = True,
     keep_parts: bool = False,
+    max_frames: int | None = wio.MAX_FRAMES,
 ) -> dict[str, Any]:
     """Solve every frame of one or several landmark files into one table (see the module docstring).
 
@@ -597,6 +598,9 @@ def solve_dataset(
         fps: frame rate for files without timestamps (else their timestamps are NaN).
         plot: draw the angles and residual over time (skipped with a note without matplotlib).
         keep_parts: keep ``<out>.parts/`` after writing ``out``.
+        max_frames: the most frames one file may hold (:data:`wuji_jax.io.MAX_FRAMES`, ten million,
+            by default; ``None``: no limit): a file declaring more is that file's error, so that a
+            tiny hostile file cannot start unbounded work.
 
     Returns:
         a summary dict (written as strict JSON: ``null`` for a missing number): ``frames`` (rows
@@ -650,11 +654,11 @@ def solve_dataset(
     out.parent.mkdir(parents=True, exist_ok=True)
     with _OutputLock(out):
         return _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
-                             batch_size, check_units, fps, plot, keep_parts, dtype, t_start)
+                             batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start)
 
 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
-                  check_units, fps, plot, keep_parts, dtype, t_start) -> dict[str, Any]:
+                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start) -> dict[str, Any]:
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock."""
     identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
@@ -763,7 +767,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             frames = 0
             try:
                 checked = not check_units
-                for local, world, t in _read_file(src, name, chunk_size, fps):
+                for local, world, t in _read_file(src, name, chunk_size, fps, max_frames):
                     if file_side is None:
                         file_side = _file_side(side, world, name, file_notes)
                         pos = _align(pos, cur_side, file_side, chunk_size)
@@ -813,8 +817,14 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             save_manifest()
         flush(cur)
         finish_pending()
-    except BaseException:
+    except BaseException as e:
         bar.close(ok=False)
+        kept = len(list(parts_dir.glob("chunk_*.npz")))
+        if not kept:  # nothing worth resuming: leave no folder behind
+            shutil.rmtree(parts_dir, ignore_errors=True)
+        elif isinstance(e, ValueError):
+            raise ValueError(f"{e} ({kept} finished chunk{'s' if kept != 1 else ''} kept in {parts_dir}: "
+                             "the same command resumes from them)") from None
         raise
     bar.close()
 
@@ -869,9 +879,10 @@ class _FileError(Exception):
     """A file that cannot be solved (unreadable, wrong shape, wrong units): one line naming it."""
 
 
-def _read_file(src: Any, name: str, chunk_size: int, fps: float | None) -> Iterator[tuple]:
+def _read_file(src: Any, name: str, chunk_size: int, fps: float | None,
+               max_frames: int | None = wio.MAX_FRAMES) -> Iterator[tuple]:
     """:func:`wuji_jax.io.iter_chunks` of one file, its reading errors turned into :class:`_FileError`."""
-    it = wio.iter_chunks(src, chunk_size, fps=fps)
+    it = wio.iter_chunks(src, chunk_size, fps=fps, max_frames=max_frames)
     while True:
         try:
             item = next(it)

@@ -347,6 +347,9 @@ def _solve_parser(sub) -> None:
                    help="a bad file stops the run (raise, default) or is reported and skipped (skip; "
                         "exit status 1 after writing the rest)")
     p.add_argument("--fps", type=float, default=None, help="frame rate for files without timestamps")
+    p.add_argument("--max-frames", type=int, default=None, metavar="N",
+                   help="most frames one file may hold (default: 10,000,000); a file declaring more is "
+                        "refused before reading, so a tiny hostile file cannot start unbounded work")
     p.add_argument("--no-plot", action="store_true", help="do not draw the angles over time")
     p.add_argument("--quiet", action="store_true", help="no progress line; print only where outputs went")
     p.set_defaults(run=_run_solve)
@@ -386,8 +389,11 @@ def _run_solve(args) -> int:
         raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
     if args.fps is not None and not args.fps > 0:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise UsageError(f"--max-frames must be >= 1, got {args.max_frames}")
     out = _solve_output(args)
 
+    from . import io as wio
     from .batch import sample_landmarks_path, solve_dataset
 
     inputs = list(args.inputs)
@@ -397,7 +403,8 @@ def _run_solve(args) -> int:
             print(f"no INPUT given: solving the bundled sample {inputs[0]}")
     s = solve_dataset(inputs, out, side=args.side, chunk_size=args.chunk_size, resume=not args.no_resume,
                       progress=not args.quiet, iterations=args.iterations, on_error=args.on_error,
-                      fps=args.fps, plot=not args.no_plot)
+                      fps=args.fps, plot=not args.no_plot,
+                      max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames)
     for e in s["errors"]:
         print(f"{PROG}: error: {_one_line(e)} (skipped)", file=sys.stderr)
     if not args.quiet:

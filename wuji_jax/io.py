@@ -276,14 +276,14 @@ def _check_declared(path: Any, what: str, frames: int, declared: float, stored: 
                          "never-written (sparse) storage or one frame repeated; export the real data "
                          "again (limit: wuji_jax.io.MAX_EXPANSION)")
     if max_frames is not None and frames > max_frames:
-        raise _err(path, f"{what} declares {frames:,} frames, more than max_frames={max_frames:,}; if "
-                         f"the file is genuine pass max_frames={frames} (or more) to load_landmarks / "
-                         "iter_chunks")
+        raise _err(path, f"{what} declares {frames:,} frames, more than the limit of {max_frames:,}; if "
+                         f"the file is genuine raise it to {frames} or more (--max-frames at the command "
+                         "line, max_frames= in Python)")
 
 
 def _too_many(path: Any, max_frames: int, where: str) -> ValueError:
-    return _err(path, f"holds more than max_frames={max_frames:,} frames ({where}); if the file is "
-                      "genuine pass a larger max_frames= to load_landmarks / iter_chunks")
+    return _err(path, f"holds more than the limit of {max_frames:,} frames ({where}); if the file is "
+                      "genuine raise it (--max-frames at the command line, max_frames= in Python)")
 
 
 class _Lines:
