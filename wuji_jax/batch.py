@@ -83,9 +83,11 @@ import hashlib
 import json
 import math
 import os
+import queue
 import shutil
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -131,7 +133,11 @@ def output_columns(hand=None, inspire: bool = True) -> list[str]:
 
 
 class _Progress:
-    """``frames done/total, %, frames/s, ETA`` on stderr; in place on a terminal, else every ~10 s."""
+    """``frames done/total, %, frames/s, ETA`` on stderr; in place on a terminal, else every ~10 s.
+
+    Until the first chunk is solved the line says the solver is being compiled (tens of seconds the
+    first time on a machine, a second or two from the compilation cache); the rate counts from the
+    first solved chunk on, so it is the solving rate, not diluted by the compilation."""
 
     def __init__(self, total: int | None, enabled: bool, stream=None):
         self.total, self.enabled = total, enabled
@@ -143,6 +149,15 @@ class _Progress:
         self.solved = 0  # frames solved by this run (resumed ones are not counted in the rate)
         self.closed = False
         self.shown: tuple | None = None
+        self.first: tuple | None = None  # (time, solved) when the first chunk was solved
+
+    def compiling(self):
+        """Say that the solver is being compiled (before the first chunk's results)."""
+        if self.enabled:
+            line = ("compiling the solver (first use on this machine: ~20-60 s; later runs load it from "
+                    "the cache)...")
+            self.stream.write(("\r" + line.ljust(78)) if self.tty else line + "\n")
+            self.stream.flush()
 
     def update(self, done: int, solved: int, force: bool = False):
         self.done, self.solved = done, solved
@@ -153,7 +168,12 @@ class _Progress:
             return
         self.last, self.shown = now, (done, solved)
         el = now - self.t0
-        rate = solved / el if el > 0 else 0.0
+        if self.first is None and solved:
+            self.first = (now, solved)
+        if self.first is not None and now > self.first[0] and solved > self.first[1]:
+            rate = (solved - self.first[1]) / (now - self.first[0])
+        else:
+            rate = solved / el if el > 0 else 0.0
         parts = [f"solve {done:,}" + (f"/{self.total:,} frames {100 * done / max(self.total, 1):5.1f}%"
                                       if self.total else " frames")]
         parts.append(f"{rate:,.0f} frames/s")
@@ -297,6 +317,9 @@ def _jitted(fn):
     return jax.jit(fn)
 
 
+_USED: set = set()  # kernels run in this process (see _Kernel.first_use)
+
+
 class _Kernel:
     """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``."""
 
@@ -320,6 +343,14 @@ class _Kernel:
         self.cfg = self.put(config.as_arrays(self.dtype), self.same)
         self.ones = self.put(np.ones((batch_size, 21), self.dtype), self.rows)
         self._hands: dict[str, tuple] = {}
+
+    def first_use(self, side: str) -> bool:
+        """Whether this process has not run the kernel for ``side`` at this shape yet (then the call
+        compiles it, or loads it from the persistent cache)."""
+        key = (side, self.batch, self.dtype.name, tuple(self.devices), self.config.static())
+        fresh = key not in _USED
+        _USED.add(key)
+        return fresh
 
     def put(self, x, sharding):
         if sharding is None:
@@ -716,8 +747,9 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     total = sum(counts) if all(c is not None for c in counts) else None
     bar = _Progress(total, progress)
     kernel = _Kernel(config, devices, batch_size, dtype)
-    stats = {"done": 0, "solved": 0, "resumed": 0}
+    stats = {"done": 0, "solved": 0, "resumed": 0, "dispatched": 0}
     pending: list = []  # at most one dispatched chunk whose results are not written yet
+    writer = _Background(ahead=2)  # part files are written while the next chunks are solved
 
     def finish_pending():
         while pending:
@@ -726,7 +758,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             arrays = {"source": np.concatenate(chunk.source), "frame": np.concatenate(chunk.frame),
                       "timestamp": np.concatenate(chunk.time), "side": np.asarray(chunk.side),
                       "run": np.asarray(digest), **res}
-            _write_part(part_path(chunk.start), arrays)
+            writer.submit(_write_part, part_path(chunk.start), arrays)
             done.add(chunk.start)
             stats["done"] += chunk.n
             stats["solved"] += chunk.n
@@ -736,6 +768,9 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
         if chunk is None or chunk.n == 0:
             return
         world = np.concatenate(chunk.world)
+        if not stats["dispatched"] and kernel.first_use(chunk.side):
+            bar.compiling()
+        stats["dispatched"] += 1
         outs = kernel.dispatch(chunk.side, world, inspire)  # asynchronous: solves while we write the previous one
         chunk.world = []
         finish_pending()
@@ -767,7 +802,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             frames = 0
             try:
                 checked = not check_units
-                for local, world, t in _read_file(src, name, chunk_size, fps, max_frames):
+                for local, world, t in _Prefetch(_read_file(src, name, chunk_size, fps, max_frames)):
                     if file_side is None:
                         file_side = _file_side(side, world, name, file_notes)
                         pos = _align(pos, cur_side, file_side, chunk_size)
@@ -817,7 +852,9 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             save_manifest()
         flush(cur)
         finish_pending()
+        writer.wait()
     except BaseException as e:
+        writer.abandon()
         bar.close(ok=False)
         kept = len(list(parts_dir.glob("chunk_*.npz")))
         if not kept:  # nothing worth resuming: leave no folder behind
@@ -873,6 +910,82 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     if not keep_parts:
         shutil.rmtree(parts_dir, ignore_errors=True)
     return summary
+
+
+class _Prefetch:
+    """Iterate ``items`` (a generator) in a background thread, at most ``ahead`` items in advance:
+    the next chunk is read while the current one is solved. An exception of the generator is raised
+    where its item would have come; leaving the loop early stops the thread."""
+
+    def __init__(self, items: Iterator, ahead: int = 2):
+        self._q: queue.Queue = queue.Queue(ahead)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(items,), name="wuji_jax-read", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, items: Iterator):
+        try:
+            for item in items:
+                if not self._put(("item", item)):
+                    return
+            self._put(("end", None))
+        except BaseException as e:  # handed to the consumer
+            self._put(("error", e))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self):
+        try:
+            while True:
+                kind, value = self._q.get()
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise value
+                yield value
+        finally:
+            self._stop.set()
+
+
+class _Background:
+    """One worker thread for writes, at most ``ahead`` of them outstanding (the caller waits for the
+    oldest beyond that, so memory stays bounded); a failed write is raised at the next call."""
+
+    def __init__(self, ahead: int = 2):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="wuji_jax-write")
+        self._futures: list = []
+        self._ahead = ahead
+
+    def submit(self, fn, *args):
+        self._futures = [f for f in self._futures if not (f.done() and f.result() is None)]
+        while len(self._futures) >= self._ahead:
+            self._futures.pop(0).result()
+        self._futures.append(self._pool.submit(fn, *args))
+
+    def wait(self):
+        for f in self._futures:
+            f.result()
+        self._futures = []
+        self._pool.shutdown()
+
+    def abandon(self):
+        """Stop after the write in progress (the run failed)."""
+        for f in self._futures:
+            f.cancel()
+        self._pool.shutdown(wait=True)
 
 
 class _FileError(Exception):
