@@ -104,6 +104,22 @@ def test_bad_angles_file_shape(tmp_path, capsys):
     assert "shape (5, 20)" in _one_line_error(capsys)
 
 
+def test_angles_file_frame(tmp_path, capsys):
+    """A file of several poses (a plain array or a `wuji-jax solve` table, see tests/test_chain.py): --frame."""
+    f = tmp_path / "seq.npy"
+    np.save(f, np.stack([POSES["open"], POSES["point"], POSES["fist"]]))
+    out = tmp_path / "q.png"
+    assert main(["pose", "--angles-file", str(f), "--frame", "1", "-o", str(out)]) == 0
+    assert out.exists()
+    assert main(["pose", "--angles-file", str(f), "--frame", "3", "-o", str(out)]) == 2
+    assert "has 3 frame(s); give 0 to 2" in _one_line_error(capsys)
+    assert main(["pose", "fist", "--frame", "1"]) == 2
+    assert "--frame applies only to --angles-file" in _one_line_error(capsys)
+    np.save(f, np.zeros((2, 21, 3)))
+    assert main(["pose", "--angles-file", str(f)]) == 2
+    assert "look like hand landmarks" in _one_line_error(capsys)
+
+
 def test_help_returns_zero(capsys):
     assert main(["pose", "--help"]) == 0
     assert "--angles" in capsys.readouterr().out

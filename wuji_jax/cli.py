@@ -176,21 +176,31 @@ def _parse_angle_list(text: str) -> list[float]:
     return out
 
 
-def _load_angle_file(path: str):
-    import numpy as np
+def _load_angle_file(path: str, side: str | None = None, degrees: bool = False, option: str = ""):
+    """``(table, side)``: :func:`wuji_jax.tables.read_angles` of ``path`` (any angle file: what ``wuji-jax
+    solve`` writes, or a plain array) and the hand side to draw it with (``side``, else the table's,
+    else right). Problems with the content are :class:`UsageError`; ``option`` prefixes messages."""
+    from .tables import read_angles, table_side
 
+    prefix = f"{option} " if option else ""
     try:
-        if path.endswith(".npy"):
-            arr = np.load(path, allow_pickle=False)
-        else:
-            arr = np.loadtxt(path, delimiter="," if path.endswith(".csv") else None, ndmin=1)
-    except OSError as e:
-        raise OSError(f"--angles-file {path}: cannot read ({e.strerror or e})") from None
+        table = read_angles(path, side or "right", degrees=degrees)
+        side, note = table_side(table, side)
     except ValueError as e:
-        raise UsageError(f"--angles-file {path}: not a numeric array ({e})") from None
-    if not np.issubdtype(arr.dtype, np.number):
-        raise UsageError(f"--angles-file {path}: not a numeric array (dtype {arr.dtype})")
-    return arr
+        raise UsageError(f"{prefix}{e}") from None
+    except OSError as e:
+        raise OSError(f"{prefix}{e}") from None
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return table, side
+
+
+def _is_angle_file(text: str) -> bool:
+    """True when ``view``'s POSE argument names an angle file (by suffix, or an existing file)."""
+    from .tables import ANGLE_SUFFIXES
+
+    p = Path(text)
+    return p.suffix.lower() in ANGLE_SUFFIXES or ("," not in text and p.is_file())
 
 
 def _check_angles(hand, values, source: str = "angles", degrees: bool = False):
@@ -242,9 +252,13 @@ def _pose_parser(sub) -> None:
     src.add_argument("--angles", metavar="A0,...,A19",
                      help="20 comma-separated joint angles; write --angles=-0.1,... if the first is negative")
     src.add_argument("--angles-file", metavar="FILE",
-                     help="joint angles from a .npy (or .txt/.csv) file holding 20 values")
+                     help="joint angles from a file: 20 values (.npy, .txt, .csv, .json, .npz 'angles'), or a "
+                          "table of frames such as `wuji-jax solve` writes (.parquet, .npz, .csv), with --frame")
+    p.add_argument("--frame", type=int, default=None, metavar="I",
+                   help="with --angles-file of several frames: draw row I (0 = the first; -1 = the last)")
     p.add_argument("--degrees", action="store_true", help="--angles / --angles-file are in degrees")
-    p.add_argument("--side", choices=("right", "left"), default="right", help="hand (default: right)")
+    p.add_argument("--side", choices=("right", "left"), default=None,
+                   help="hand (default: the --angles-file table's side column, else right)")
     p.add_argument("-o", "--output", metavar="OUT.png",
                    help="picture to write (default: pose_<NAME>_<side>.png); .svg and .pdf work too")
     p.add_argument("--list", action="store_true", help="list the named poses and the joint order, then exit")
@@ -258,7 +272,7 @@ def _run_pose(args) -> int:
         print("poses: " + ", ".join(POSES))
         from .model import load_hand
 
-        hand = load_hand(args.side)
+        hand = load_hand(args.side or "right")
         print("joints (angle order, limits in rad):")
         for i, (n, lo, hi) in enumerate(zip(hand.joint_names, hand.lower, hand.upper)):
             print(f"  {i:2d} {n:24s} [{float(lo):+.3f}, {float(hi):+.3f}]")
@@ -269,6 +283,8 @@ def _run_pose(args) -> int:
         raise UsageError("give a pose NAME or --angles/--angles-file, not both")
     if args.degrees and not given:
         raise UsageError("--degrees applies only to --angles or --angles-file")
+    if args.frame is not None and args.angles_file is None:
+        raise UsageError("--frame applies only to --angles-file")
     if not given and args.name is not None and args.name not in POSES:
         raise UsageError(f"unknown pose {args.name!r}; choose one of: {', '.join(POSES)}")
 
@@ -283,22 +299,51 @@ def _run_pose(args) -> int:
     from .model import load_hand
     from .poses import named_pose
 
-    hand = load_hand(args.side)
+    side = args.side or "right"
+    if args.angles_file is not None:
+        import numpy as np
+
+        path = args.angles_file
+        table, side = _load_angle_file(path, args.side, args.degrees, "--angles-file")
+        n = len(table)
+        source = f"--angles-file {path}"
+        if args.frame is None:
+            if n > 1:
+                raise UsageError(f"{source}: expected one pose of {table.angles.shape[1]} values, got an array of "
+                                 f"shape {table.angles.shape} ({n} frames); choose one with --frame I (0 to {n - 1})")
+            i = 0
+        else:
+            if not -n <= args.frame < n:
+                raise UsageError(f"--frame {args.frame}: {path} has {n} frame(s); give 0 to {n - 1} (or -1 for the "
+                                 "last)")
+            i = args.frame % n
+        if table.valid is not None and not table.valid[i]:
+            flags = table.describe_flags(i)
+            print(f"note: {path}: frame {i} is marked invalid by the solver{f' (flags: {flags})' if flags else ''}; "
+                  "drawing its angles anyway", file=sys.stderr)
+        row = table.angles[i]
+        if args.frame is not None or n > 1:
+            source = f"{source} frame {i}"
+        # degrees: the message reports the values as read
+        q_in = np.rad2deg(row) if args.degrees else row
+    hand = load_hand(side)
     if given:
         if args.angles is not None:
             q = _check_angles(hand, _parse_angle_list(args.angles), "--angles", args.degrees)
             label, what = "angles", "given angles"
         else:
-            q = _check_angles(hand, _load_angle_file(args.angles_file), f"--angles-file {args.angles_file}",
-                             args.degrees)
-            label, what = Path(args.angles_file).stem, f"angles from {Path(args.angles_file).name}"
+            q = _check_angles(hand, q_in, source, args.degrees)
+            name = Path(args.angles_file)
+            label, what = name.stem, f"angles from {name.name}"
+            if args.frame is not None:
+                label, what = f"{label}_{i}", f"{what}, frame {i}"
     else:
         label = args.name or "open"
         q, what = named_pose(label), f"pose '{label}'"
     if out is None:
-        out = Path(f"pose_{label}_{args.side}.png")
+        out = Path(f"pose_{label}_{side}.png")
 
-    viz.draw_hand(hand, q, path=out, title=f"WG110v12 {args.side} hand — {what}")
+    viz.draw_hand(hand, q, path=out, title=f"WG110v12 {side} hand — {what}")
     print(f"wrote {out}")
     return 0
 
@@ -480,14 +525,16 @@ def _view_parser(sub) -> None:
         help="write an interactive HTML view of the kinematic tree",
         description="Write one self-contained HTML page (no network needed) of the hand's kinematic tree at a "
         "named pose, at 20 comma-separated joint angles (radians, order as 'wuji-jax pose --list' prints; "
-        "if the first is negative, options first, then '-- -0.1,...') or at the angles in a .npy/.csv/.txt "
-        "file (one pose, or T poses animated by a time slider). In the page: drag to rotate, wheel to zoom, "
-        "click a joint for its axis, limits and angle, sliders to re-pose. Python: "
-        "wuji_jax.viewer.write_viewer.",
+        "if the first is negative, options first, then '-- -0.1,...') or at the angles in a file: the "
+        "table `wuji-jax solve` writes (.parquet, .npz, .csv; frames the solver marked invalid are left "
+        "out), or an array in .npy/.npz/.csv/.txt/.json (one pose, or T poses animated by a time slider). "
+        "In the page: drag to rotate, wheel to zoom, click a joint for its axis, limits and angle, sliders "
+        "to re-pose. Python: wuji_jax.viewer.write_viewer.",
     )
     p.add_argument("pose", nargs="?", default="open", metavar="POSE|ANGLES",
                    help="named pose (default: open), 20 comma-separated angles, or an angle file")
-    p.add_argument("--side", choices=("right", "left"), default="right", help="hand (default: right)")
+    p.add_argument("--side", choices=("right", "left"), default=None,
+                   help="hand (default: an angle table's side column, else right)")
     p.add_argument("-o", "--output", metavar="OUT.html", default=str(Path("wuji_out", "hand_view.html")),
                    help="page to write (default: wuji_out/hand_view.html)")
     p.set_defaults(run=_run_view)
@@ -500,17 +547,28 @@ def _run_view(args) -> int:
     from .poses import POSES, named_pose
     from .viewer import write_viewer
 
-    hand = load_hand(args.side)
+    side = args.side or "right"
     text = args.pose
     if text in POSES:
+        hand = load_hand(side)
         q, what = named_pose(text), f"pose '{text}'"
-    elif Path(text).suffix.lower() in (".npy", ".csv", ".txt"):
-        arr = _load_angle_file(text)
-        if arr.ndim > 2:
-            raise UsageError(f"{text}: expected {hand.num_joints} angles or (T, {hand.num_joints}), got {arr.shape}")
-        q = np.stack([_check_angles(hand, r, f"{text} row {t}") for t, r in enumerate(np.atleast_2d(arr))])
+    elif _is_angle_file(text):
+        table, side = _load_angle_file(text, args.side)
+        hand = load_hand(side)
+        bad = table.invalid()
+        if bad.all():
+            i = int(table.row[0])
+            flags = table.describe_flags(0)
+            raise UsageError(f"{text}: every frame ({len(table)}) is marked invalid by the solver"
+                             f"{f' (frame {i}: {flags})' if flags else ''}; nothing to show")
+        if bad.any():
+            print(f"note: {text}: left out {int(bad.sum())} of {len(table)} frames marked invalid by the solver",
+                  file=sys.stderr)
+            table = table.rows(~bad)
+        q = np.stack([_check_angles(hand, r, f"{text} row {int(t)}") for t, r in zip(table.row, table.angles)])
         what = f"angles from {Path(text).name}"
     else:
+        hand = load_hand(side)
         try:
             values = _parse_angle_list(text)
         except UsageError:
@@ -520,7 +578,7 @@ def _run_view(args) -> int:
     out = Path(args.output)
     if not out.suffix:
         out = out.with_suffix(".html")
-    write_viewer(hand, q, out, title=f"WG110v12 {args.side} hand — {what}")
+    write_viewer(hand, q, out, title=f"WG110v12 {side} hand — {what}")
     print(f"wrote {out}")
     return 0
 

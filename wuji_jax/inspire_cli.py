@@ -14,6 +14,14 @@ other verbs do). Examples::
     wuji-jax inspire --angles take.npz --side left -o take.jsonl --speed-ratio 0.5 --smooth one_euro
     wuji-jax inspire --angles glove.csv --degrees --fps 100 --format csv
     wuji-jax inspire --landmarks take.npy -o take.csv --reference open=open.npy --reference fist=fist.npy
+    wuji-jax solve take.npy -o take_angles.parquet && wuji-jax inspire --angles take_angles.parquet
+
+Both inputs are read by the readers every verb shares (:mod:`wuji_jax.tables`): ``--angles`` (and
+``--reference``) by :func:`wuji_jax.tables.read_angles` (what ``wuji-jax solve`` writes: Parquet, npz,
+CSV with a column per joint; or a plain ``(T, 20)`` / ``(20,)`` array in .npy/.npz/.csv/.txt/.json),
+``--landmarks`` by :func:`wuji_jax.tables.read_landmarks`, i.e. :func:`wuji_jax.io.load_landmarks`, the
+reader of ``wuji-jax solve`` (.npy, .npz with ``landmarks`` or ``world``, .csv, .jsonl, .parquet, .h5).
+Without ``--side`` the hand is the table's ``side`` column's, else right.
 
 Input checks (each failure is a one-line error naming the file and the frame; nothing is written).
 The output has no per-frame "valid" column, and a robot command stream with a silently dropped or
@@ -26,7 +34,15 @@ guessed frame is worse than none, so bad frames stop the run instead of being fl
   limits (solver or sensor overshoot) are accepted and clamped as before.
 * timestamps (the file's, or ``--start-time + i/--fps``) must be finite, non-decreasing and fit a ROS
   stamp: ``0 <= t < 2**31`` s (ROS 2 ``builtin_interfaces/Time.sec`` is int32, ROS 1's is unsigned),
-  for both output formats. The stamps written have ``0 <= nanosec < 1e9``.
+  for both output formats. The stamps written have ``0 <= nanosec < 1e9``. A ``wuji-jax solve`` table
+  of an input without times (its ``timestamp`` column all NaN) counts as a file without timestamps.
+* frames the solver marked invalid (``valid`` False in a ``wuji-jax solve`` table, or solved from
+  ``--landmarks``) stop the run unless ``--skip-invalid`` leaves them out; the other frames keep their
+  times (``i/--fps`` of their row ``i`` when the file has none), so a gap stays a gap.
+* a table holding several recordings (a ``source`` column with several files: ``wuji-jax solve`` of a
+  folder) needs ``--source FILE`` to choose one: one command stream is one take.
+
+Frame numbers in the messages are row numbers of the file (0 = the first row).
 """
 
 from __future__ import annotations
@@ -64,21 +80,33 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
             "carry the /inspire_hand/ctrl/<side>_hand JointState message and the RH56 0-1000 values. "
             "Refused with a one-line error naming the file and frame (nothing written): angles that are "
             "NaN/inf or beyond the joint limits by more than 0.5 rad (degrees read as radians, wrong joint "
-            "order), and timestamps that are not finite, go backwards, or do not fit a ROS stamp "
-            "(0 <= t < 2^31 s). Angles slightly outside the limits are accepted and clamped."
+            "order), frames the solver marked invalid (unless --skip-invalid), and timestamps that are not "
+            "finite, go backwards, or do not fit a ROS stamp (0 <= t < 2^31 s). Angles slightly outside the "
+            "limits are accepted and clamped. --angles reads the table `wuji-jax solve` writes (.parquet, "
+            ".npz, .csv) as well as plain arrays; --landmarks reads what `wuji-jax solve` reads."
         ),
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--angles", metavar="FILE",
-                     help="joint angles (T, 20) or (20,): .npy, .npz (key 'angles', optional 'timestamps'), "
-                          ".csv/.txt (one frame per row); radians unless --degrees. Each must be finite and "
-                          "within the joint limits +- 0.5 rad, else an error names the frame and joint")
+                     help="joint angles: a table `wuji-jax solve` writes (.parquet, .npz, .csv: a column per "
+                          "joint, with timestamp, valid, flags, side), or an array (T, 20) or (20,) in .npy, "
+                          ".npz (key 'angles' or 'q', optional 'timestamps'), .csv/.txt (one frame per row), "
+                          ".json; radians unless --degrees. Each must be finite and within the joint limits "
+                          "+- 0.5 rad, else an error names the frame and joint")
     src.add_argument("--landmarks", metavar="FILE",
-                     help="MediaPipe landmarks (T, 21, 3) or (21, 3) in metres: .npy or .npz (key 'landmarks', "
-                          "optional 'timestamps'); solved to angles with wuji_jax.solve")
+                     help="MediaPipe landmarks (T, 21, 3) or (21, 3) in metres, in any format `wuji-jax solve` "
+                          "reads (.npy, .npz with 'landmarks' or 'world', .csv, .jsonl, .parquet, .h5); solved "
+                          "to angles with wuji_jax.solve_sequence")
     p.add_argument("--degrees", action="store_true",
                    help="angles are in degrees (the glove's hand_joint_angles; converted without IK)")
-    p.add_argument("--side", choices=("left", "right"), default="right", help="which hand (default right)")
+    p.add_argument("--side", choices=("left", "right"), default=None,
+                   help="which hand (default: the --angles table's side column, else right)")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="leave out the frames the solver marked invalid (valid False); without it they stop "
+                        "the run. The other frames keep their times")
+    p.add_argument("--source", metavar="FILE",
+                   help="the recording to convert from a table of several (its 'source' column; the full "
+                        "name, file name or stem)")
     p.add_argument("-o", "--output", default="-", metavar="FILE", help="output file (default '-': stdout)")
     p.add_argument("--format", choices=("jsonl", "csv"), default=None,
                    help="output format (default: from the output suffix, else jsonl)")
@@ -109,39 +137,73 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _load_array(path: str, key: str):
-    """``(array, timestamps or None)`` from .npy / .npz / text."""
+def _read_angles(path: str, hand, degrees: bool, prefix: str = ""):
+    """:func:`wuji_jax.tables.read_angles`, its one-line ``ValueError`` as the CLI's usage error."""
+    from .tables import read_angles
+
+    try:
+        return read_angles(path, hand, degrees=degrees)
+    except ValueError as e:
+        raise _usage_error(f"{prefix}{e}") from None
+    except OSError as e:
+        raise OSError(f"{prefix}{e}") from None
+
+
+def _one_source(table, wanted: str | None, option: str = "--source"):
+    """The rows of one recording of a table of several (``wanted`` by full name, file name or stem)."""
     import numpy as np
 
-    missing = None
-    try:
-        if path.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as z:
-                names = list(z.files)
-                if key in names or len(names) == 1:
-                    arr = z[key if key in names else names[0]]
-                    ts = next((z[k] for k in ("timestamps", "t") if k in names), None)
-                else:
-                    missing = names
-        elif path.endswith(".npy"):
-            arr, ts = np.load(path, allow_pickle=False), None
-        else:
-            arr, ts = np.loadtxt(path, delimiter="," if path.endswith(".csv") else None, ndmin=2), None
-    except OSError as e:
-        raise OSError(f"{path}: cannot read ({e.strerror or e})") from None
-    except ValueError as e:
-        raise _usage_error(f"{path}: not a numeric array ({e})") from None
-    if missing is not None:
-        raise _usage_error(f"{path}: no array {key!r} (has {', '.join(missing) or 'none'})")
-    if not np.issubdtype(np.asarray(arr).dtype, np.number):
-        raise _usage_error(f"{path}: not a numeric array (dtype {np.asarray(arr).dtype})")
-    return arr, ts
+    names = table.sources
+    if wanted is None:
+        if len(names) > 1:
+            shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+            raise _usage_error(f"{table.path}: holds the frames of {len(names)} recordings ({shown}); a command "
+                               f"stream is one take: choose one with {option} FILE")
+        return table
+    if table.source is None:
+        raise _usage_error(f"{option} {wanted}: {table.path} has no 'source' column; drop {option}")
+    hits = [n for n in names if wanted in (n, Path(n).name, Path(n).stem)]
+    if len(hits) != 1:
+        why = "matches none" if not hits else f"matches {len(hits)}"
+        raise _usage_error(f"{option} {wanted}: {why} of the recordings in {table.path} ({', '.join(names[:8])}); "
+                           "give the full name")
+    return table.rows(np.asarray(table.source) == hits[0])
 
 
-def _check_angle_frames(q, hand, source: str, degrees: bool = False) -> None:
+def _invalid_rows(valid, describe, source: str, skip: bool, index=None):
+    """The frames to keep (a boolean mask), or None to keep all; invalid frames (``valid`` False) are a
+    usage error naming the first (``index``: row numbers in the file) unless ``skip`` leaves them out."""
+    import numpy as np
+
+    if valid is None:
+        return None
+    bad = np.flatnonzero(~np.asarray(valid, bool))
+    if not bad.size:
+        return None
+    i = int(bad[0])
+    row = i if index is None else int(index[i])
+    flags = describe(i)
+    why = f" (flags: {flags})" if flags else ""
+    if not skip:
+        more = f" ({bad.size - 1} more invalid frame(s) in all)" if bad.size > 1 else ""
+        raise _usage_error(
+            f"{source}: frame {row} is marked invalid by the solver{why}{more}; the command stream has no "
+            "'valid' column, so invalid frames stop the run: pass --skip-invalid to leave them out (the "
+            "others keep their times), or fix the recording"
+        )
+    if bad.size == len(valid):
+        raise _usage_error(f"{source}: every frame ({bad.size}) is marked invalid by the solver{why}; nothing "
+                           "to convert")
+    print(f"note: {source}: left out {bad.size} frame(s) marked invalid by the solver (--skip-invalid)",
+          file=sys.stderr)
+    return np.asarray(valid, bool)
+
+
+def _check_angle_frames(q, hand, source: str, degrees: bool = False, index=None) -> None:
     """Usage error naming ``source``, the first bad frame and joint, unless every angle is usable.
 
-    ``q`` is ``(T, 20)`` radians; ``degrees`` says the file held degrees (the value is reported as read).
+    ``q`` is ``(T, 20)`` radians; ``degrees`` says the file held degrees (the value is reported as read);
+    ``index`` maps rows of ``q`` to the file's row numbers (frames left out before).
     """
     import numpy as np
 
@@ -153,6 +215,7 @@ def _check_angle_frames(q, hand, source: str, degrees: bool = False) -> None:
     frames = np.flatnonzero(bad.any(-1))
     i = int(frames[0])
     j = int(np.argmax(bad[i]))
+    row = i if index is None else int(index[i])
     name = hand.joint_names[j]
     v = float(q[i, j])
     lo, hi = float(np.asarray(hand.lower)[j]), float(np.asarray(hand.upper)[j])
@@ -161,18 +224,19 @@ def _check_angle_frames(q, hand, source: str, degrees: bool = False) -> None:
     also = f" ({more} more bad angle(s) in {len(frames)} frame(s) in all)" if more else ""
     if not np.isfinite(v):
         raise _usage_error(
-            f"{source}: frame {i}, joint {name}: angle is {read}{also}; remove or interpolate the frames "
+            f"{source}: frame {row}, joint {name}: angle is {read}{also}; remove or interpolate the frames "
             "without a valid measurement before converting"
         )
     raise _usage_error(
-        f"{source}: frame {i}, joint {name}: angle {read} is beyond the joint limits [{lo:.4g}, {hi:.4g}] rad "
+        f"{source}: frame {row}, joint {name}: angle {read} is beyond the joint limits [{lo:.4g}, {hi:.4g}] rad "
         f"by more than {inspire.ANGLE_LIMIT_TOLERANCE:g} rad{also}; check the units (radians unless --degrees) "
         "and the joint order (seed ID order), or fix the frame"
     )
 
 
-def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0) -> None:
-    """Usage error naming ``source`` and the first frame whose timestamp is unusable."""
+def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0, index=None) -> None:
+    """Usage error naming ``source`` and the first frame whose timestamp is unusable (``index``: rows of
+    ``t`` → the file's row numbers)."""
     import numpy as np
 
     from . import inspire
@@ -181,6 +245,7 @@ def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0) 
     if from_file and start_time:
         where += " + --start-time"
     lim = inspire.MAX_STAMP_SECONDS + 1
+    row = (lambda i: i) if index is None else (lambda i: int(index[i]))  # noqa: E731
     with np.errstate(invalid="ignore"):
         nonfinite = ~np.isfinite(t)
         neg = t < 0
@@ -193,12 +258,13 @@ def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0) 
     ):
         if mask.any():
             i = int(np.argmax(mask))
-            raise _usage_error(f"{source}: frame {i}: timestamp {float(t[i])!r} s ({where}) {what}; {fix}")
+            raise _usage_error(f"{source}: frame {row(i)}: timestamp {float(t[i])!r} s ({where}) {what}; {fix}")
     back = np.flatnonzero(np.diff(t) < 0)
     if back.size:
         i = int(back[0]) + 1
         raise _usage_error(
-            f"{source}: frame {i}: timestamp {float(t[i])!r} s is before frame {i - 1}'s {float(t[i - 1])!r} s; "
+            f"{source}: frame {row(i)}: timestamp {float(t[i])!r} s is before frame {row(i - 1)}'s "
+            f"{float(t[i - 1])!r} s; "
             "timestamps must be non-decreasing (sort the frames, or pass --fps)"
         )
 
@@ -219,7 +285,23 @@ def _solve(hand, landmarks):
         res = solve(hand, lm)
     else:
         raise ImportError("--landmarks needs wuji_jax.solve, which this version lacks; pass --angles instead")
-    return np.asarray(res.angles, np.float64)
+    q = np.asarray(res.angles, np.float64).reshape(-1, hand.num_joints)
+    valid = getattr(res, "valid", None)
+    flags = getattr(res, "flags", None)
+    return (q, None if valid is None else np.asarray(valid, bool).reshape(-1),
+            None if flags is None else np.asarray(flags).reshape(-1))
+
+
+def _flag_names(flags):
+    """``describe(i)``: the solver flag names of frame ``i`` of the bit sets ``flags``."""
+    def describe(i: int) -> str:
+        if flags is None:
+            return ""
+        from .solver.config import FLAG_NAMES
+
+        f = int(flags[i])
+        return ", ".join(name for bit, name in FLAG_NAMES.items() if f & bit)
+    return describe
 
 
 def _calibration(args, hand):
@@ -242,13 +324,13 @@ def _calibration(args, hand):
             name, sep, path = item.partition("=")
             if not sep or not path:
                 raise _usage_error(f"--reference {item!r}: expected NAME=FILE")
-            arr, _ = _load_array(path, "angles")
-            arr = np.asarray(arr, np.float64)
-            arr = np.deg2rad(arr) if args.degrees else arr
-            if arr.ndim in (1, 2) and arr.shape[-1] == hand.num_joints:  # else calibrate names the shape
-                _check_angle_frames(arr.reshape(-1, hand.num_joints), hand, f"--reference {name}={path}",
-                                    args.degrees)
-            refs[name] = arr
+            source = f"--reference {name}={path}"
+            tab = _read_angles(path, hand, args.degrees, prefix=f"--reference {name}=")
+            keep = _invalid_rows(tab.valid, tab.describe_flags, source, args.skip_invalid, tab.row)
+            if keep is not None:
+                tab = tab.rows(keep)
+            _check_angle_frames(tab.angles, hand, source, args.degrees, tab.row)
+            refs[name] = tab.angles[0] if tab.ndim == 1 else tab.angles
         return inspire.calibrate(refs, hand)
     return None
 
@@ -271,35 +353,57 @@ def run_inspire(args) -> int:
     if args.fps is not None and not args.fps > 0:
         raise _usage_error(f"--fps must be > 0; got {args.fps}")
     fmt = args.format or ("csv" if str(args.output).lower().endswith(".csv") else "jsonl")
-    hand = load_hand(args.side)
 
     if args.angles:
-        q, ts = _load_array(args.angles, "angles")
-        q = np.asarray(q, np.float64)
-        if q.ndim == 1:
-            q = q[None]
-        if q.ndim != 2 or q.shape[-1] != hand.num_joints:
-            raise _usage_error(f"--angles: expected shape (T, 20) or (20,); got {q.shape}")
-        if args.degrees:
-            q = np.deg2rad(q)
+        tab = _read_angles(args.angles, args.side or "right", args.degrees)
+        tab = _one_source(tab, args.source)
+        try:
+            from .tables import table_side
+
+            side, note = table_side(tab, args.side)
+        except ValueError as e:
+            raise _usage_error(str(e)) from None
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        hand = load_hand(side)
+        q, ts, valid, describe = tab.angles, tab.timestamps, tab.valid, tab.describe_flags
+        rows = tab.row  # the frames' row numbers in the file (a --source selection keeps them)
         source = args.angles
     else:
-        lm, ts = _load_array(args.landmarks, "landmarks")
-        q = _solve(hand, lm).reshape(-1, hand.num_joints)
+        if args.source is not None:
+            raise _usage_error("--source applies only to --angles (a table of several recordings)")
+        from .tables import read_landmarks
+
+        try:
+            lm = read_landmarks(args.landmarks)
+        except ValueError as e:
+            raise _usage_error(str(e)) from None
+        side = args.side or "right"
+        hand = load_hand(side)
+        q, valid, flags = _solve(hand, lm.world)
+        ts, describe = lm.timestamps, _flag_names(flags)
+        rows = np.arange(q.shape[0])
         source = f"{args.landmarks} (solved angles)"
     n = q.shape[0]
     if n == 0:
         raise _usage_error("no frames in the input")
-    _check_angle_frames(q, hand, source, args.degrees and bool(args.angles))
+    pos = np.arange(n)  # each frame's place in the input: its time without file timestamps
+    keep = _invalid_rows(valid, describe, source, args.skip_invalid, rows)
+    if keep is not None:
+        q, pos = q[keep], pos[keep]
+        ts = None if ts is None else np.asarray(ts)[keep]
+    index = np.asarray(rows)[pos]
+    _check_angle_frames(q, hand, source, args.degrees and bool(args.angles), index)
     from_file = not (args.fps is not None or ts is None)
     if not from_file:
-        t = np.arange(n) / (args.fps or _DEFAULT_FPS)
+        t = pos / (args.fps or _DEFAULT_FPS)
     else:
         t = np.asarray(ts, np.float64).reshape(-1)
-        if t.shape != (n,):
-            raise _usage_error(f"timestamps: expected {n} values to match the frames; got {t.shape[0]}")
+        if t.shape != (q.shape[0],):
+            raise _usage_error(f"timestamps: expected {q.shape[0]} values to match the frames; got {t.shape[0]}")
     t = t + args.start_time
-    _check_timestamps(t, args.angles or args.landmarks, from_file, args.start_time)
+    _check_timestamps(t, args.angles or args.landmarks, from_file, args.start_time, index)
+    n = q.shape[0]
 
     cal = _calibration(args, hand)
     cmd = np.asarray(inspire.to_inspire(q, cal, hand), np.float64)
@@ -308,11 +412,11 @@ def run_inspire(args) -> int:
     cmd, t = inspire.limit_rate(cmd, t, args.speed_ratio)
     names = inspire.MOTOR_NAMES if args.names == "words" else None
     if args.output == "-":
-        inspire.write_command_stream(sys.stdout, cmd, t, args.side, fmt, frame_id=args.frame_id, names=names)
+        inspire.write_command_stream(sys.stdout, cmd, t, side, fmt, frame_id=args.frame_id, names=names)
     else:
-        inspire.write_command_stream(Path(args.output), cmd, t, args.side, fmt, frame_id=args.frame_id,
+        inspire.write_command_stream(Path(args.output), cmd, t, side, fmt, frame_id=args.frame_id,
                                      names=names)
-        print(f"wrote {n} {args.side}-hand commands ({fmt}) to {args.output}", file=sys.stderr)
+        print(f"wrote {n} {side}-hand commands ({fmt}) to {args.output}", file=sys.stderr)
     return 0
 
 
