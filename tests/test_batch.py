@@ -226,9 +226,9 @@ def test_bad_frames_are_flagged_and_kept(tmp_path, world):
     df = pd.read_parquet(tmp_path / "out.parquet")
     assert len(df) == 100 and s["frames"] == 100
     for i in (3, 10, 20):
-        assert not df["valid"][i] and df["flags"][i] & FLAG_TOO_FEW_LANDMARKS, i
-    assert df["flags"][30] != 0
-    assert df["valid"].sum() == s["valid"] and (df["flags"] != 0).sum() == s["flagged"] >= 4
+        assert not df["valid"][i] and df["fit_flags"][i] & FLAG_TOO_FEW_LANDMARKS, i
+    assert df["fit_flags"][30] != 0
+    assert df["valid"].sum() == s["valid"] and (df["fit_flags"] != 0).sum() == s["flagged"] >= 4
     assert np.isfinite(df[list(wj.load_hand("right").joint_names)].to_numpy()).all()
 
 
@@ -369,3 +369,8 @@ def test_cli_solve_bundled_sample(tmp_path, monkeypatch, capsys):
     assert np.isfinite(df["timestamp"]).all() and np.median(df["residual_mm"]) < 15
     assert (tmp_path / "wuji_out" / "sample_angles_plot.png").is_file()
     assert (tmp_path / "wuji_out" / "sample_angles_summary.json").is_file()
+
+
+def test_cli_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"wuji-jax {wj.__version__}"

@@ -140,18 +140,18 @@ def test_huge_coordinates_are_flagged_not_finite_and_the_summary_is_strict_json(
     hand = wj.load_hand("right")
     angles = df[list(hand.joint_names)].to_numpy()
     for i in (5, 50, 70):
-        assert df["flags"][i] != 0, (i, df["flags"][i])
-    assert df["flags"][70] & FLAG_DEGENERATE and not df["valid"][70]
+        assert df["fit_flags"][i] != 0, (i, df["fit_flags"][i])
+    assert df["fit_flags"][70] & FLAG_DEGENERATE and not df["valid"][70]
     # nothing non-finite is reported as valid, and the valid rows are all finite
     numeric = df.drop(columns="timestamp").select_dtypes("number").to_numpy()  # no timestamps: NaN
     assert np.isfinite(numeric[df["valid"].to_numpy()]).all()
     assert np.isfinite(angles).all()
     summary = _strict_json(tmp_path / "o_summary.json")
-    assert summary["flagged"] == int((df["flags"] != 0).sum()) >= 3
+    assert summary["flagged"] == int((df["fit_flags"] != 0).sum()) >= 3
     counts = summary["flag_counts"]
     assert set(counts) >= {"not_finite", "degenerate", "too_few_landmarks", "bad_scale", "high_residual"}
-    assert counts["degenerate"] == int((df["flags"] & FLAG_DEGENERATE != 0).sum()) == 1
-    assert counts["not_finite"] == int((df["flags"] & FLAG_NOT_FINITE != 0).sum())
+    assert counts["degenerate"] == int((df["fit_flags"] & FLAG_DEGENERATE != 0).sum()) == 1
+    assert counts["not_finite"] == int((df["fit_flags"] & FLAG_NOT_FINITE != 0).sum())
     assert np.isfinite(summary["residual_mm_mean"]) and summary["residual_mm_mean"] < 30
 
 

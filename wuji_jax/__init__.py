@@ -52,7 +52,7 @@ from .solver import pose_from_palm as pose_from_palm
 from .solver import solve as solve
 from .solver import solve_optax as solve_optax
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "geometry", "inspire", "landmarks", "enable_compilation_cache", "calibrate", "use_cpu_cores", "LinkFrames",

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         "WUJI_JAX_CACHE_DIR=DIR moves it; --no-cache or WUJI_JAX_NO_CACHE=1 turns it off. Deleting the "
         "folder is always safe. The cache options work before or after COMMAND.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     _add_cache_options(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for add in _VERBS:
