@@ -58,7 +58,7 @@ def test_angles_file(tmp_path, capsys):
 def test_default_output_name(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["pose", "ok"]) == 0
-    assert (tmp_path / "pose_ok_right.png").exists()
+    assert (tmp_path / "wuji_out" / "pose_ok_right.png").exists()  # where every verb writes
 
 
 def test_list(capsys):
@@ -144,3 +144,15 @@ def test_missing_matplotlib_is_one_line(monkeypatch, capsys, tmp_path):
         monkeypatch.setitem(sys.modules, mod, None)  # makes `import mod` raise ImportError
     assert main(["pose", "open", "-o", str(tmp_path / "x.png")]) == 1
     assert "install wuji-jax[viz]" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("name", ["pinch", "ok"])
+def test_pinch_poses_bring_thumb_and_index_tips_together(name, right):
+    import jax.numpy as jnp
+
+    import wuji_jax as wj
+
+    kp = np.asarray(wj.forward_keypoints(right, jnp.asarray(wj.named_pose(name))))
+    assert np.linalg.norm(kp[4] - kp[8]) < 0.010  # metres: thumb tip to index tip
+    q = wj.named_pose(name)
+    assert ((q >= np.asarray(right.lower)) & (q <= np.asarray(right.upper))).all()

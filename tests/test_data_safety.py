@@ -267,3 +267,15 @@ def test_max_frames_limits_each_file_at_the_cli(tmp_path, world, capsys):
     assert main(["solve", src, "-o", str(out), "--max-frames", "30", "--chunk-size", "64", "--iterations", "5",
                  "--quiet", "--no-plot"]) == 0
     assert len(pd.read_parquet(out)) == 30
+
+
+def test_unit_errors_name_an_option_that_exists(tmp_path, world, capsys):
+    mm = _npy(tmp_path / "mm.npy", world[:20] * 1000)
+    out = tmp_path / "o.parquet"
+    assert main(["solve", mm, "-o", str(out), "--quiet", "--no-plot"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "millimetres" in err and "--no-unit-check" in err and err.count("\n") == 0
+    assert main(["solve", mm, "-o", str(out), "--no-unit-check", "--chunk-size", "64", "--iterations", "5",
+                 "--quiet", "--no-plot"]) == 0
+    df = pd.read_parquet(out)
+    assert len(df) == 20 and not df["valid"].any() and (df["fit_flags"] != 0).all()  # solved, flagged

@@ -822,7 +822,8 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
 
                         problem = unit_problem(world)
                         if problem:
-                            raise _FileError(f"{name}: {problem} (or pass check_units=False)")
+                            raise _FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check at the "
+                                             "command line, check_units=False in Python)")
                         checked = True
                     i = 0
                     m = world.shape[0]

@@ -263,7 +263,7 @@ def _pose_parser(sub) -> None:
     p.add_argument("--side", choices=("right", "left"), default=None,
                    help="hand (default: the --angles-file table's side column, else right)")
     p.add_argument("-o", "--output", metavar="OUT.png",
-                   help="picture to write (default: pose_<NAME>_<side>.png); .svg and .pdf work too")
+                   help="picture to write (default: wuji_out/pose_<NAME>_<side>.png); .svg and .pdf work too")
     p.add_argument("--list", action="store_true", help="list the named poses and the joint order, then exit")
     p.set_defaults(run=_run_pose)
 
@@ -344,7 +344,8 @@ def _run_pose(args) -> int:
         label = args.name or "open"
         q, what = named_pose(label), f"pose '{label}'"
     if out is None:
-        out = Path(f"pose_{label}_{side}.png")
+        out = Path("wuji_out") / f"pose_{label}_{side}.png"  # the folder every verb writes to
+    out.parent.mkdir(parents=True, exist_ok=True)
 
     viz.draw_hand(hand, q, path=out, title=f"WG110v12 {side} hand — {what}")
     print(f"wrote {out}")
@@ -398,6 +399,8 @@ def _solve_parser(sub) -> None:
     p.add_argument("--max-frames", type=int, default=None, metavar="N",
                    help="most frames one file may hold (default: 10,000,000); a file declaring more is "
                         "refused before reading, so a tiny hostile file cannot start unbounded work")
+    p.add_argument("--no-unit-check", action="store_true",
+                   help="solve files whose landmarks do not look like metres (hand-sized, 5-40 cm) anyway")
     p.add_argument("--no-plot", action="store_true", help="do not draw the angles over time")
     p.add_argument("--quiet", action="store_true", help="no progress line; print only where outputs went")
     p.set_defaults(run=_run_solve)
@@ -451,7 +454,7 @@ def _run_solve(args) -> int:
             print(f"no INPUT given: solving the bundled sample {inputs[0]}")
     s = solve_dataset(inputs, out, side=args.side, chunk_size=args.chunk_size, resume=not args.no_resume,
                       progress=not args.quiet, iterations=args.iterations, on_error=args.on_error,
-                      fps=args.fps, plot=not args.no_plot,
+                      fps=args.fps, plot=not args.no_plot, check_units=not args.no_unit_check,
                       max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames)
     for e in s["errors"]:
         print(f"{PROG}: error: {_one_line(e)} (skipped)", file=sys.stderr)

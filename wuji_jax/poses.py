@@ -13,6 +13,9 @@ __all__ = ["POSES", "named_pose", "pose_names"]
 
 _CURL = (1.45, 0.0, 1.60, 1.00)
 _STRAIGHT = (0.0, 0.0, 0.0, 0.0)
+# thumb and index of the pinch: fitted (thumb-tip to index-tip distance 6 mm, near the old pose) on WG110v12
+_PINCH_THUMB = (0.32, 0.07, 0.25, 0.31)
+_PINCH_INDEX = (0.57, 0.01, 0.77, 0.42)
 
 
 def _pose(thumb, index, middle, ring, pinky) -> np.ndarray:
@@ -27,10 +30,9 @@ POSES: dict[str, np.ndarray] = {
     "point": _pose((0.65, 0.35, 0.90, 0.70), _STRAIGHT, _CURL, _CURL, _CURL),
     "victory": _pose((0.65, 0.35, 0.90, 0.70), (0.0, -0.20, 0, 0), (0.0, 0.15, 0, 0), _CURL, _CURL),
     "thumbs_up": _pose((-0.2, 0.0, 0.0, 0.0), _CURL, _CURL, _CURL, _CURL),
-    "pinch": _pose((0.55, 0.45, 0.35, 0.35), (0.75, 0.0, 0.85, 0.45), (0.2, 0, 0.2, 0.1), (0.2, 0, 0.2, 0.1),
-                   (0.2, 0, 0.2, 0.1)),
-    "ok": _pose((0.55, 0.45, 0.35, 0.35), (0.75, 0.0, 0.85, 0.45), (0.0, 0.05, 0, 0), (0.0, 0.15, 0, 0),
-                (0.0, 0.3, 0, 0)),
+    # thumb and index tips 6 mm apart (keypoints 4 and 8; tests/test_cli_pose.py checks < 10 mm)
+    "pinch": _pose(_PINCH_THUMB, _PINCH_INDEX, (0.2, 0, 0.2, 0.1), (0.2, 0, 0.2, 0.1), (0.2, 0, 0.2, 0.1)),
+    "ok": _pose(_PINCH_THUMB, _PINCH_INDEX, (0.0, 0.05, 0, 0), (0.0, 0.15, 0, 0), (0.0, 0.3, 0, 0)),
 }
 
 
