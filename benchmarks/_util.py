@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import time
 from importlib import metadata
@@ -62,8 +63,32 @@ def _cpu_flags() -> list[str]:
     return []
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def git_state() -> dict[str, Any]:
+    """The code a result describes: ``git_commit`` (``git rev-parse --short HEAD``) and ``git_dirty``
+    (True when ``wuji_jax/``, the measured package, differs from that commit: modified, staged or
+    untracked files). Outside a git checkout (a copy of the tree on another machine) the commit is
+    ``$WUJI_JAX_GIT_COMMIT`` if set, and ``git_dirty`` None."""
+
+    def git(*args: str) -> str | None:
+        try:
+            p = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return {"git_commit": os.environ.get("WUJI_JAX_GIT_COMMIT") or None, "git_dirty": None}
+    status = git("status", "--porcelain", "--", "wuji_jax")
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
 def hardware_info() -> dict[str, Any]:
-    """CPU, core counts, library versions, JAX backend and device, Python, date, load average."""
+    """CPU, core counts, library versions, JAX backend and device, Python, date, load average, and the
+    git commit of the code measured (:func:`git_state`)."""
     dev = jax.devices()[0]
     try:
         usable = len(os.sched_getaffinity(0))
@@ -91,6 +116,7 @@ def hardware_info() -> dict[str, Any]:
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),  # e.g. glibc.malloc.hugetlb=1 (huge pages)
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **git_state(),
     }
 
 
