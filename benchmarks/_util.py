@@ -68,9 +68,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def git_state() -> dict[str, Any]:
     """The code a result describes: ``git_commit`` (``git rev-parse --short HEAD``) and ``git_dirty``
-    (True when ``wuji_jax/``, the measured package, differs from that commit: modified, staged or
-    untracked files). Outside a git checkout (a copy of the tree on another machine) the commit is
-    ``$WUJI_JAX_GIT_COMMIT`` if set, and ``git_dirty`` None."""
+    (True when tracked files of ``wuji_jax/``, the measured package, differ from that commit: modified
+    or staged; an untracked new file that no tracked one imports changes nothing). Outside a git
+    checkout (a copy of the tree on another machine) the commit is ``$WUJI_JAX_GIT_COMMIT`` if set,
+    and ``git_dirty`` None."""
 
     def git(*args: str) -> str | None:
         try:
@@ -82,7 +83,7 @@ def git_state() -> dict[str, Any]:
     commit = git("rev-parse", "--short", "HEAD")
     if not commit:
         return {"git_commit": os.environ.get("WUJI_JAX_GIT_COMMIT") or None, "git_dirty": None}
-    status = git("status", "--porcelain", "--", "wuji_jax")
+    status = git("status", "--porcelain", "--untracked-files=no", "--", "wuji_jax")
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
 
