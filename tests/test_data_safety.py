@@ -279,3 +279,34 @@ def test_unit_errors_name_an_option_that_exists(tmp_path, world, capsys):
                  "--quiet", "--no-plot"]) == 0
     df = pd.read_parquet(out)
     assert len(df) == 20 and not df["valid"].any() and (df["fit_flags"] != 0).all()  # solved, flagged
+
+
+# ------------------------------------------------------------ odd files found by benchmarks/robustness.py
+
+
+def test_fifo_symlink_loop_and_foreign_jsonl_are_one_line_errors(tmp_path, capsys):
+    fifo = tmp_path / "fifo.npy"
+    os.mkfifo(fifo)  # reading it would block for ever
+    loop = tmp_path / "loop.npy"
+    loop.symlink_to(loop)
+    foreign = tmp_path / "other_schema.jsonl"
+    foreign.write_text('{"time": 0.0, "points": [1, 2, 3]}\n')
+    for path, words in ((fifo, "not a regular file"), (loop, "no such file"), (foreign, "no 'landmarks'")):
+        assert main(["solve", str(path), "-o", str(tmp_path / "o.parquet"), "--quiet", "--no-plot"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and str(path) in err and words in err, err
+
+
+def test_normalised_image_coordinates_with_depth_are_named(world):
+    from wuji_jax.landmarks import unit_problem
+
+    img = world[:50, :, :].copy()  # a hand-shaped cloud moved into [0, 1] with depth relative to the wrist
+    img[..., :2] = 0.5 + img[..., :2]
+    img[..., 2] = (img[..., 2] - img[:, :1, 2]) * 0.8
+    assert "normalised image coordinates" in unit_problem(img)
+
+
+def test_float64_beyond_float32_is_flagged_without_warnings(tmp_path, world):
+    a = world[:20] * 1e300  # every warning is an error in this suite (pyproject filterwarnings)
+    s = batch.solve_dataset(_npy(tmp_path / "e300.npy", a), tmp_path / "o.parquet", check_units=False, **FAST)
+    assert s["frames"] == 20 and s["valid"] == 0

@@ -215,6 +215,8 @@ def _count_frames(path: Any) -> int | None:
     try:
         p = Path(path)
         ext = p.suffix.lower()
+        if not p.is_file():  # a FIFO would block here; the reader reports it
+            return None
         if ext == ".npy":
             return int(np.load(p, mmap_mode="r", allow_pickle=False).shape[0])
         if ext == ".npz":
@@ -389,7 +391,8 @@ class _Kernel:
         n = world.shape[0]
         padded = -(-n // self.batch) * self.batch
         x = np.full((padded, 21, 3), np.nan, self.dtype)
-        x[:n] = world
+        with np.errstate(over="ignore"):  # beyond float32: inf, a missing landmark to the solver
+            x[:n] = world
         outs = []
         for s in range(0, padded, self.batch):
             xs = self.put(x[s:s + self.batch], self.rows)
@@ -401,6 +404,10 @@ class _Kernel:
 
     def collect(self, outs: list, n: int) -> dict[str, np.ndarray]:
         """Wait for ``outs`` and return the first ``n`` rows (padding dropped), output-ready."""
+        with np.errstate(over="ignore", invalid="ignore"):  # frames of huge coordinates: flagged, not warned
+            return self._collect(outs, n)
+
+    def _collect(self, outs: list, n: int) -> dict[str, np.ndarray]:
         keys = ("angles", "coupled", "rotation", "translation", "scale", "residual", "valid",
                 "converged", "flags") + (("inspire",) if "inspire" in outs[0] else ())
         got = {k: np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in keys}
@@ -442,10 +449,10 @@ def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire:
         try:
             st = p.stat()
             digest = _content_hash(p) if p.is_file() else None  # a folder of images: path, size, time
-            inputs.append({"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            inputs.append({"path": os.path.realpath(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                            "sha256": digest})
         except OSError:
-            inputs.append({"path": str(p.resolve()), "size": None, "mtime_ns": None, "sha256": None})
+            inputs.append({"path": os.path.realpath(p), "size": None, "mtime_ns": None, "sha256": None})
     return {"inputs": inputs, "chunk_size": int(chunk_size), "side": side, "inspire": bool(inspire),
             "check_units": bool(check_units), "fps": fps, "dtype": np.dtype(dtype).name,
             "solver": {"static": list(config.static()),
@@ -501,14 +508,15 @@ def _outputs_of(out: Path) -> list[Path]:
 
 def _check_outputs(source: Any, files: Sequence[Any], out: Path) -> None:
     """Refuse, before any work, a run whose outputs would overwrite or later be read as its inputs."""
-    written = [w.resolve() for w in _outputs_of(out)]
+    real = lambda p: Path(os.path.realpath(p))  # noqa: E731 (never raises, even on a symlink loop)
+    written = [real(w) for w in _outputs_of(out)]
     for f in files:
         if isinstance(f, int):
             continue
         p = Path(f)
-        if p.resolve() in written or any(_same_file(p, w) for w in written):
+        if real(p) in written or any(_same_file(p, w) for w in written):
             raise ValueError(f"{p}: is both an input and an output of this run; write the output elsewhere (-o)")
-        if any(p.resolve().is_relative_to(w) for w in written[3:4]):
+        if any(real(p).is_relative_to(w) for w in written[3:4]):
             raise ValueError(f"{p}: lies in this run's parts folder {written[3]}; write the output elsewhere (-o)")
     # an input folder or glob that would pick up the table on the next run
     sources = [source] if isinstance(source, (str, os.PathLike, int)) else list(source)
@@ -517,11 +525,11 @@ def _check_outputs(source: Any, files: Sequence[Any], out: Path) -> None:
         if isinstance(s, int) and not isinstance(s, bool) or not readable:
             continue
         p = Path(s)
-        if p.is_dir() and out.resolve().parent == p.resolve():
+        if p.is_dir() and real(out).parent == real(p):
             raise ValueError(f"{out}: lies in the input folder {p}, so a later run would read it as input; "
                              "write the output elsewhere (-o)")
         if isinstance(s, str) and wio._is_glob(s) and not p.exists() and (
-                fnmatch.fnmatch(str(out), s) or fnmatch.fnmatch(str(out.resolve()), s)):
+                fnmatch.fnmatch(str(out), s) or fnmatch.fnmatch(str(real(out)), s)):
             raise ValueError(f"{out}: matches the input pattern {s!r}, so a later run would read it as input; "
                              "write the output elsewhere (-o)")
 

@@ -680,6 +680,10 @@ def _jsonl_record(path: Path, line_no: int, line: str, world: list, extra: dict[
     if not isinstance(rec, dict):
         raise _err(path, f"line {line_no} is a JSON {type(rec).__name__}, expected an object "
                          '{"t": seconds, "landmarks": [[x, y, z], ...21]}')
+    if "landmarks" not in rec and "world" not in rec:  # another schema, not a frame without a hand
+        keys = ", ".join(list(map(str, rec))[:6]) or "none"
+        raise _err(path, f"line {line_no} has no 'landmarks' (or 'world') key (keys: {keys}); expected "
+                         '{"t": seconds, "landmarks": [[x, y, z], ...21]}, with "landmarks": null for no hand')
     lm = rec.get("landmarks", rec.get("world"))
     if lm is None:
         a = np.full((NUM_LANDMARKS, 3), np.nan)
@@ -920,6 +924,8 @@ def _reader(path: Any, chunk: int, video_options: Mapping[str, Any],
     ext = path.suffix.lower()
     if not path.exists():
         raise _err(path, "no such file")
+    if not path.is_file():  # a FIFO or a device would block or never end
+        raise _err(path, "not a regular file (a pipe, socket or device); save the data to a file first")
     if ext not in DATA_EXTENSIONS + VIDEO_EXTENSIONS + IMAGE_EXTENSIONS:
         raise _err(path, f"unsupported extension '{path.suffix}'; use one of "
                          + ", ".join(DATA_EXTENSIONS + VIDEO_EXTENSIONS) + " or a folder of images")

@@ -96,6 +96,11 @@ def unit_problem(landmarks) -> str | None:
     ``_UNIT_SAMPLE`` evenly spaced frames of longer batches, so the check costs the same for 10^3 or
     10^7 frames), so single bad frames are left to the solver's flags.
     """
+    with _np.errstate(over="ignore", invalid="ignore"):  # huge coordinates: judged, not warned about
+        return _unit_problem(landmarks)
+
+
+def _unit_problem(landmarks) -> str | None:
     lm = _np.asarray(landmarks).reshape(-1, 21, 3)
     if lm.shape[0] > _UNIT_SAMPLE:
         lm = lm[_np.linspace(0, lm.shape[0] - 1, _UNIT_SAMPLE).astype(_np.int64)]
@@ -135,9 +140,12 @@ def unit_problem(landmarks) -> str | None:
             return f"landmarks look like millimetres (hand spans {e:.0f} units); divide by 1000 to pass metres"
         return (f"hand spans {e:.3g} units, far above a human hand's 5–40 cm; pass metres "
                 "(MediaPipe world landmarks)")
-    in_unit = fin.all() and xy_min >= 0 and _np.nanmax(xy) <= 1 and _np.nanmax(_np.abs(z)) < 0.3
+    in_unit = fin.all() and xy_min >= 0 and _np.nanmax(xy) <= 1
     wrist_at_origin = _np.nanmedian(_np.linalg.norm(good[:, 0], axis=-1)) < 1e-6
-    if in_unit and not wrist_at_origin and xy_min > 0.005 and flat_z:
+    # MediaPipe's normalised landmarks: x, y in [0, 1] and depth relative to the wrist (z = 0 there)
+    wrist_depth_zero = bool(_np.all(good[:, 0, 2] == 0))
+    image_like = flat_z and _np.nanmax(_np.abs(z)) < 0.3 or wrist_depth_zero
+    if in_unit and not wrist_at_origin and xy_min > 0.005 and image_like:
         return ("landmarks look like normalised image coordinates (x, y in [0, 1], flat z); pass "
                 "MediaPipe world landmarks in metres (HandLandmarkerResult.hand_world_landmarks)")
     if e < 0.05:
@@ -174,7 +182,9 @@ def check_landmarks(landmarks, check_units: bool = True) -> _np.ndarray:
         elif lm.ndim >= 2 and lm.shape[-1] == 3:
             hint = f" ({lm.shape[-2]} points per frame; MediaPipe hands have 21)"
         raise ValueError(f"landmarks must have shape (*batch, 21, 3); got {lm.shape}{hint}")
-    if lm.size and not math.isfinite(lm.sum()) and not _np.isfinite(lm).any():
+    with _np.errstate(over="ignore", invalid="ignore"):  # a sum of huge values is just not finite
+        total = lm.sum()
+    if lm.size and not math.isfinite(total) and not _np.isfinite(lm).any():
         raise ValueError("landmarks contain no finite value (all NaN/inf); nothing to fit")
     if check_units:
         problem = unit_problem(lm)
@@ -189,7 +199,11 @@ def chirality(landmarks) -> _np.ndarray:
     The palm normal ``(index MCP − wrist) × (pinky MCP − wrist)`` points palmar on a right hand
     (towards the thumb's CMC and MCP) and dorsal on a left one; mirroring flips the sign.
     """
-    lm = _np.asarray(landmarks, _np.float64)
+    with _np.errstate(over="ignore", invalid="ignore"):  # huge coordinates: undecided, not warned about
+        return _chirality(_np.asarray(landmarks, _np.float64))
+
+
+def _chirality(lm: _np.ndarray) -> _np.ndarray:
     w = lm[..., 0, :]
     n = _np.cross(lm[..., 5, :] - w, lm[..., 17, :] - w)
     nn = _np.linalg.norm(n, axis=-1)

@@ -419,7 +419,8 @@ def extract_landmarks(source: str | os.PathLike | int, model: str | os.PathLike 
 
     cv2, mp, BaseOptions, vision = _import_cv()
     if camera or not image_mode:
-        cap = cv2.VideoCapture(int(source) if camera else str(files[0]))
+        with _QuietNative():  # FFmpeg's own lines ("moov atom not found") for unreadable files
+            cap = cv2.VideoCapture(int(source) if camera else str(files[0]))
         if not cap.isOpened():
             cap.release()
             if camera:
