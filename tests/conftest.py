@@ -1,8 +1,20 @@
 import os
+import shutil
+import tempfile
 
-# No persistent compilation cache for the CLI subprocesses (they inherit this): the suite writes nothing
-# into the user's cache folder and compiles the same on every run. tests/test_cache.py clears it.
+# No compilation cache in the user's folder: the CLI subprocesses (they inherit this) do not turn on
+# their per-user cache. tests/test_cache.py clears these variables for its own checks.
 os.environ.setdefault("WUJI_JAX_NO_CACHE", "1")
+# One fresh persistent compilation cache for this run, shared by the pytest workers, the CLI and
+# notebook subprocesses (JAX reads these variables at start-up): a program compiled by one process is
+# loaded by the others. Every run starts empty, so the suite compiles the same on every run.
+if "WUJI_JAX_TEST_XLA_CACHE" not in os.environ:  # the controller; pytest-xdist workers inherit it
+    os.environ["WUJI_JAX_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="wuji-jax-test-xla-")
+    _OWN_CACHE = True
+else:
+    _OWN_CACHE = False
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["WUJI_JAX_TEST_XLA_CACHE"]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -23,3 +35,8 @@ def left():
     import wuji_jax as wj
 
     return wj.load_hand("left")
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE and not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ["WUJI_JAX_TEST_XLA_CACHE"], ignore_errors=True)
