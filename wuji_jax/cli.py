@@ -403,6 +403,11 @@ def _solve_parser(sub) -> None:
                    help="solve files whose landmarks do not look like metres (hand-sized, 5-40 cm) anyway")
     p.add_argument("--no-plot", action="store_true", help="do not draw the angles over time")
     p.add_argument("--quiet", action="store_true", help="no progress line; print only where outputs went")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="solve on a Ray cluster (pip install 'wuji-jax[ray]'; inputs readable at the same path "
+                        "on every node): no ADDRESS starts a local one, 'auto' or HOST:PORT joins one. Bad files "
+                        "are always reported and skipped. Write it after the inputs or as --ray=ADDRESS. "
+                        "Python: wuji_jax.ray_cluster.solve_dataset_ray")
     p.set_defaults(run=_run_solve)
 
 
@@ -434,6 +439,10 @@ def _solve_output(args) -> Path:
 
 
 def _run_solve(args) -> int:
+    if getattr(args, "ray", None) is not None:  # on a Ray cluster
+        from .ray_cluster import run_solve_cli
+
+        return run_solve_cli(args)
     if args.chunk_size < 1:
         raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}")
     if args.iterations is not None and args.iterations < 1:

@@ -1,0 +1,204 @@
+"""Frames per second of ``wuji_jax.ray_cluster.solve_dataset_ray`` on a local Ray cluster (1 and 2
+workers) against the single-process command line on the same data.
+
+1. The synthetic dataset of ``benchmarks/bench_batch.py`` (``--frames``, default 10⁶: random angles
+   within the limits → FK → a random similarity + 1 mm noise, 0.5 % NaN frames), float32 ``.npy``,
+   made in a child process and cached in ``--workdir``.
+2. Warm-up, untimed: the command line and a one-worker Ray run on the first 8192 frames, so that
+   both programs are in the compilation cache (``<workdir>/xla``, used by every run below).
+3. Timed, each in a fresh process, wall clock from outside (interpreter start, imports, cluster start
+   and stop, reading, solving, writing the Parquet table and the summary; no plot):
+
+   * ``cli``: ``python -m wuji_jax --cache-dir <workdir>/xla solve big.npy -o cli.parquet --no-plot
+     --quiet`` (one process; the CLI gives JAX one CPU device per core and shards each batch);
+   * ``ray_<k>``: a driver that starts a local cluster (``ray.init(address="local")``) and calls
+     ``solve_dataset_ray(big.npy, ray_<k>.parquet, workers=k)``; it also reports the cluster's
+     start-up and the solve alone.
+
+   ``overhead_vs_cli`` = (cli frames/s) / (ray frames/s) - 1: positive when Ray is slower (medians
+   over ``--repeats`` rounds, each round running every configuration once). The load average
+   before and after each run is recorded: on a shared machine it says how much of the CPUs the
+   runs had.
+
+Writes ``benchmarks/results/ray_<device-kind>.json`` (``ray_<frames>_<device-kind>.json`` when
+``--frames`` is not 10⁶).
+
+    PYTHONPATH=. python benchmarks/bench_ray.py [--frames 1000000] [--workers 1,2] [--chunk-size 4096]
+        [--iterations N] [--repeats 1] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+_DRIVER = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import ray
+from wuji_jax.ray_cluster import solve_dataset_ray
+args = json.loads(sys.argv[1])
+ray.init(address="local", include_dashboard=False, log_to_driver=False)
+t1 = time.perf_counter()
+s = solve_dataset_ray(args["data"], args["out"], workers=args["workers"], chunk_size=args["chunk_size"],
+                      iterations=args["iterations"], compilation_cache=args["cache"], plot=False,
+                      progress=False, resume=False)
+t2 = time.perf_counter()
+ray.shutdown()
+print(json.dumps({"cluster_start_s": t1 - t0, "solve_s": t2 - t1, "summary": s}))
+"""
+
+
+def _env() -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+               RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))  # a local cluster, this machine only
+    env.pop("WUJI_JAX_NO_CACHE", None)
+    return env
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _run(cmd: list[str], what: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=REPO)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return wall, r.stdout
+
+
+def _cli(data: Path, out: Path, cache: Path, args) -> dict:
+    cmd = [sys.executable, "-m", "wuji_jax", "--cache-dir", str(cache), "solve", str(data), "-o", str(out),
+           "--no-plot", "--quiet", "--no-resume", "--chunk-size", str(args.chunk_size)]
+    if args.iterations:
+        cmd += ["--iterations", str(args.iterations)]
+    before = _load()
+    wall, _ = _run(cmd, "the CLI")
+    s = json.loads(out.with_name(out.stem + "_summary.json").read_text())
+    return {"command": " ".join(cmd[1:]), "wall_s": wall, "frames": s["frames"], "frames_per_s": s["frames"] / wall,
+            "solve_dataset_wall_s": s["wall_seconds"], "devices": s["devices"], "batch_size": s["batch_size"],
+            "load_before": before, "load_after": _load()}
+
+
+def _ray(data: Path, out: Path, cache: Path, workers: int, args) -> dict:
+    spec = {"data": str(data), "out": str(out), "workers": workers, "chunk_size": args.chunk_size,
+            "iterations": args.iterations, "cache": str(cache)}
+    before = _load()
+    wall, stdout = _run([sys.executable, "-c", _DRIVER, json.dumps(spec)], f"Ray with {workers} worker(s)")
+    got = json.loads(stdout.strip().splitlines()[-1])
+    s = got["summary"]
+    return {"workers": workers, "wall_s": wall, "frames": s["frames"], "frames_per_s": s["frames"] / wall,
+            "cluster_start_s": got["cluster_start_s"], "solve_s": got["solve_s"],
+            "solve_frames_per_s": s["frames"] / got["solve_s"], "blocks": s["ray"]["blocks"],
+            "block_size": s["ray"]["block_size"], "batch_size": s["batch_size"], "devices": s["devices"],
+            "load_before": before, "load_after": _load()}
+
+
+def _max_diff(a: Path, b: Path) -> dict:
+    """How far two tables' angles are apart (the CLI shards each batch over 2 CPU devices; a Ray
+    worker has one: equal to float rounding, not necessarily bit for bit)."""
+    import pyarrow.parquet as pq
+
+    from wuji_jax.model import load_hand
+
+    cols = list(load_hand("right").joint_names)
+    ta, tb = pq.read_table(a, columns=cols + ["valid"]), pq.read_table(b, columns=cols + ["valid"])
+    x = np.stack([ta[c].to_numpy() for c in cols], 1)
+    y = np.stack([tb[c].to_numpy() for c in cols], 1)
+    return {"rows_equal": ta.num_rows == tb.num_rows, "bitwise_equal": bool(np.array_equal(x, y)),
+            "max_abs_angle_diff_rad": float(np.max(np.abs(x - y))),
+            "valid_equal": bool(np.array_equal(ta["valid"].to_numpy(), tb["valid"].to_numpy()))}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=float, default=1e6, help="frames in the synthetic dataset (default 1e6)")
+    ap.add_argument("--workers", default="1,2", help="Ray worker counts to time (default 1,2)")
+    ap.add_argument("--chunk-size", type=int, default=4096)
+    ap.add_argument("--iterations", type=int, default=None, help="LM iterations (default: the solver's)")
+    ap.add_argument("--workdir", default=None, help="dataset, outputs and the compilation cache (default: temp)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1, help="times to run the whole comparison (median)")
+    ap.add_argument("--name", default=None, help="results file stem (default: ray, or ray_<frames> when "
+                    "--frames is not 10^6)")
+    ap.add_argument("--no-json", action="store_true")
+    args = ap.parse_args(argv)
+    frames = int(args.frames)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_ray_"))
+    work.mkdir(parents=True, exist_ok=True)
+    cache = work / "xla"
+    data = work / f"synthetic_{frames}_{args.seed}.npy"
+    if not data.exists():
+        print(f"generating {frames:,} frames -> {data}", flush=True)
+        subprocess.run([sys.executable, "-c", "import sys, bench_batch; bench_batch.generate(sys.argv[1], "
+                        "int(sys.argv[2]), int(sys.argv[3]))", str(data), str(frames), str(args.seed)],
+                       check=True, cwd=HERE, env=_env())
+    small = work / "warmup.npy"
+    np.save(small, np.load(data, mmap_mode="r")[:8192])
+
+    print("warm-up (compiles into the cache) ...", flush=True)
+    t = time.perf_counter()
+    _cli(small, work / "warm_cli.parquet", cache, args)
+    _ray(small, work / "warm_ray.parquet", cache, 1, args)
+    warm = time.perf_counter() - t
+
+    counts = [int(x) for x in args.workers.split(",")]
+    clis: list[dict] = []
+    rays: dict[int, list[dict]] = {k: [] for k in counts}
+    for rep in range(args.repeats):  # interleaved, so that a change of the machine's load hits all alike
+        print(f"[{rep + 1}/{args.repeats}] cli on {frames:,} frames ...", flush=True)
+        c = _cli(data, work / "cli.parquet", cache, args)
+        clis.append(c)
+        print(f"  {c['frames_per_s']:,.0f} frames/s ({c['wall_s']:.1f} s)", flush=True)
+        for k in counts:
+            print(f"[{rep + 1}/{args.repeats}] ray, {k} worker(s) ...", flush=True)
+            r = _ray(data, work / f"ray_{k}.parquet", cache, k, args)
+            rays[k].append(r)
+            print(f"  {r['frames_per_s']:,.0f} frames/s ({r['wall_s']:.1f} s; cluster start "
+                  f"{r['cluster_start_s']:.1f} s)", flush=True)
+    cli_fps = statistics.median(c["frames_per_s"] for c in clis)
+    runs = []
+    for k in counts:
+        fps = statistics.median(r["frames_per_s"] for r in rays[k])
+        runs.append({"workers": k, "frames_per_s": fps, "overhead_vs_cli": cli_fps / fps - 1, "runs": rays[k]})
+        print(f"ray, {k} worker(s): {fps:,.0f} frames/s, overhead vs the CLI's {cli_fps:,.0f} frames/s: "
+              f"{100 * (cli_fps / fps - 1):+.1f} %", flush=True)
+    cli = {"frames_per_s": cli_fps, "runs": clis}
+
+    from _util import hardware_info, versions, write_json
+
+    import wuji_jax
+
+    result = {
+        "benchmark": "solve_dataset_ray on a local Ray cluster vs the single-process CLI (wall clock, fresh "
+                     "processes, warm compilation cache, Parquet out, no plot)",
+        "frames": frames, "chunk_size": args.chunk_size, "iterations": args.iterations,
+        "warmup_s": warm, "cli": cli, "ray": runs,
+        "ray_vs_cli_table": _max_diff(work / "cli.parquet", work / f"ray_{runs[-1]['workers']}.parquet"),
+        "hardware": hardware_info(), "versions": versions("ray", "pyarrow", "jax", "jaxlib", "numpy"),
+        "wuji_jax": wuji_jax.__version__,
+    }
+    if not args.no_json:
+        name = args.name or ("ray" if frames == 1_000_000 else f"ray_{frames}")
+        print(f"wrote {write_json(name, result)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""wuji_jax.ray_cluster: the dataset table solved on a Ray cluster equals solve_dataset's.
+
+One local cluster (``ray.init(num_cpus=2)``) serves the library tests; a two-node cluster on localhost
+(``ray start --head`` + ``ray start --address``, in their own sessions, stopped by signalling those
+sessions) serves the command-line test. Every run uses chunks of 64, blocks of 128 frames and 5
+LM iterations, and the single-machine reference the same on one device, so the tables must be equal
+value for value. The workers share one compilation cache folder: only the first worker compiles.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import wuji_jax.io as wio
+from wuji_jax.batch import sample_landmarks_path, solve_dataset
+from wuji_jax.cli import main
+
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")
+# Ray's own warnings (its deprecations, open files at shutdown) and JAX's warning when Ray forks a
+# helper process from this (JAX-using) process are Ray's business, not what these tests check
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::ResourceWarning"),
+              pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+
+SETTINGS = dict(chunk_size=64, iterations=5, plot=False)
+GOOD_FRAMES = 300 + 150 + 50
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Inputs (npy split in three blocks, parquet in two, csv in one, a corrupt npy) and the
+    single-machine reference table."""
+    d = tmp_path_factory.mktemp("ray_inputs")
+    world = wio.load_landmarks(sample_landmarks_path()).world
+    np.save(d / "a.npy", world[:300])
+    (d / "bad.npy").write_bytes(b"\x93NUMPY not really")
+    wio.write_landmarks(d / "b.parquet", world[300:450], timestamps=np.arange(150) / 30.0)
+    wio.write_landmarks(d / "c.csv", world[450:500])
+    files = [str(d / n) for n in ("a.npy", "bad.npy", "b.parquet", "c.csv")]
+    ref = d / "reference.parquet"
+    summary = solve_dataset(files, ref, devices=1, on_error="skip", progress=False, **SETTINGS)
+    # the suite's compilation cache (tests/conftest.py), where this process may have left the program
+    cache = os.environ.get("WUJI_JAX_TEST_XLA_CACHE") or str(tmp_path_factory.mktemp("xla"))
+    return {"files": files, "ref": ref, "summary": summary, "cache": cache}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # localhost only: no token file in the home folder
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    if saved is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = saved
+
+
+def _same_table(a, b):
+    import pyarrow.parquet as pq
+
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    assert ta.schema.equals(tb.schema, check_metadata=True)
+    assert ta.num_rows == tb.num_rows
+    for name in ta.column_names:  # bit for bit (NaN timestamps included)
+        x, y = (t[name].to_numpy(zero_copy_only=False) for t in (ta, tb))
+        if x.dtype.kind == "f":
+            x, y = x.view(f"i{x.itemsize}"), y.view(f"i{y.itemsize}")
+        assert np.array_equal(x, y), name
+
+
+def _same_summary(s, ref):
+    for k in ("frames", "flagged", "valid", "flag_counts", "residual_mm_mean", "residual_mm_median", "files",
+              "errors", "notes", "batch_size", "chunk_size", "iterations"):
+        assert s[k] == ref[k], k
+    assert set(ref) <= set(s)
+
+
+def _solve(cluster, data, out, **kw):
+    from wuji_jax.ray_cluster import solve_dataset_ray
+
+    return solve_dataset_ray(data["files"], out, block_size=128, progress=False,
+                             compilation_cache=data["cache"], **SETTINGS, **kw)
+
+
+@needs_ray
+def test_ray_table_equals_solve_dataset(cluster, data, tmp_path):
+    out = tmp_path / "angles.parquet"
+    s = _solve(cluster, data, out)
+    _same_table(out, data["ref"])
+    _same_summary(s, data["summary"])
+    assert len(s["errors"]) == 1 and s["errors"][0].startswith(data["files"][1])
+    assert s["solved_frames"] == GOOD_FRAMES and s["resumed_frames"] == 0
+    assert s["ray"]["blocks"] == 3 + 1 + 2 + 1 and s["ray"]["nodes"] == 1
+    on_disk = json.loads((tmp_path / "angles_summary.json").read_text())
+    assert on_disk["errors"] == s["errors"] and on_disk["frames"] == GOOD_FRAMES
+    assert not (tmp_path / "angles.parquet.parts").exists()
+
+
+@needs_ray
+def test_worker_killed_mid_job_gives_identical_output(cluster, data, tmp_path):
+    marker = tmp_path / "crashed"
+    out = tmp_path / "angles.parquet"
+    s = _solve(cluster, data, out, _crash_once=marker)
+    assert marker.exists()  # a worker did die (os._exit) after solving a chunk; Ray retried its block
+    _same_table(out, data["ref"])
+    _same_summary(s, data["summary"])
+
+
+@needs_ray
+def test_resume_solves_only_the_missing_blocks(cluster, data, tmp_path):
+    out = tmp_path / "angles.parquet"
+    first = _solve(cluster, data, out, keep_parts=True)
+    table = out.read_bytes()
+    parts = sorted((tmp_path / "angles.parquet.parts").glob("chunk_*.npz"))
+    assert len(parts) == 3 + 2 + 1
+    parts[1].unlink()  # a.npy's second block (frames 128-255): as if the run had died before it
+    out.unlink()
+    again = _solve(cluster, data, out)
+    assert again["solved_frames"] == 128 and again["resumed_frames"] == GOOD_FRAMES - 128
+    assert out.read_bytes() == table
+    assert again["errors"] == first["errors"]  # the bad file's error was recorded, not read again
+
+
+@needs_ray
+def test_failed_run_resumes_to_identical_output(cluster, data, tmp_path):
+    out = tmp_path / "angles.parquet"
+    with pytest.raises(ValueError, match="bad.npy"):
+        _solve(cluster, data, out, on_error="raise")
+    s = _solve(cluster, data, out)
+    assert s["solved_frames"] + s["resumed_frames"] == GOOD_FRAMES
+    _same_table(out, data["ref"])
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _node_ports() -> list[str]:
+    return [f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
+            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"]
+
+
+def _stop_session(p: subprocess.Popen) -> None:
+    """Stop a ``ray start --block`` started in its own session, and everything it started (by the
+    session id: `ray stop` would stop every Ray on the machine)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=5)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    for proc in Path("/proc").iterdir() if Path("/proc").is_dir() else ():  # workers: own groups, same session
+        try:
+            if proc.name.isdigit() and os.getsid(int(proc.name)) == p.pid:
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def _wait_for_port(port: int, head: subprocess.Popen, log: Path, seconds: float = 90) -> None:
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        if head.poll() is not None:
+            pytest.fail(f"ray start --head exited: {log.read_text()[-3000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    pytest.fail(f"ray start --head did not listen on {port}: {log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def two_nodes(tmp_path, data):
+    """A head and a worker node on localhost, one CPU each; yields (address, environment)."""
+    import shutil
+    import tempfile
+
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", WUJI_JAX_NO_CACHE="0", WUJI_JAX_CACHE_DIR=data["cache"],
+               JAX_ENABLE_X64="1", PYTHONPATH=str(ROOT))
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    temp = tempfile.mkdtemp(prefix="wjray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    common = ["--num-cpus=1", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [ray_bin, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false",
+             f"--dashboard-port={_free_port()}", *common, *_node_ports()],
+            env=env, start_new_session=True, stdout=open(tmp_path / "head.log", "w"), stderr=subprocess.STDOUT))
+        _wait_for_port(port, procs[0], tmp_path / "head.log")
+        procs.append(subprocess.Popen(
+            [ray_bin, "start", f"--address={address}", *common, *_node_ports()],
+            env=env, start_new_session=True, stdout=open(tmp_path / "node.log", "w"), stderr=subprocess.STDOUT))
+        check = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+                 "print(sum(n['Alive'] for n in ray.nodes()))")
+        for _ in range(30):
+            r = subprocess.run([sys.executable, "-c", check, address], env=env, capture_output=True, text=True,
+                               timeout=120)
+            if r.stdout.strip() == "2":
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"the second node did not join: {(tmp_path / 'node.log').read_text()[-3000:]}")
+        yield address, env
+    finally:
+        for p in reversed(procs):
+            _stop_session(p)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@needs_ray
+def test_cli_on_a_two_node_cluster(two_nodes, data, tmp_path):
+    address, env = two_nodes
+    out = tmp_path / "angles.parquet"
+    r = subprocess.run([sys.executable, "-m", "wuji_jax", "solve", *data["files"], "-o", str(out),
+                        "--chunk-size", "64", "--iterations", "5", "--no-plot", "--quiet", f"--ray={address}"],
+                       env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path)
+    assert r.returncode == 1, r.stderr[-3000:]  # the corrupt file: reported, the rest solved
+    skipped = [line for line in r.stderr.splitlines() if line.startswith("wuji-jax: error:")]
+    assert len(skipped) == 1 and "bad.npy" in skipped[0] and skipped[0].endswith("(skipped)")
+    _same_table(out, data["ref"])
+    s = json.loads((tmp_path / "angles_summary.json").read_text())
+    _same_summary(s, data["summary"])
+    assert s["ray"]["nodes"] == 2 and s["ray"]["workers"] == 2
+
+
+def test_cli_without_ray_says_how_to_install(tmp_path):
+    fake = tmp_path / "no_ray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake.parent), str(ROOT)]))
+    r = subprocess.run([sys.executable, "-m", "wuji_jax", "solve", str(sample_landmarks_path()), "-o",
+                        str(tmp_path / "o.parquet"), "--ray"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'wuji-jax[ray]'" in lines[0], r.stderr
+    assert not (tmp_path / "o.parquet").exists()
+
+
+@needs_ray
+def test_cli_ray_refuses_an_input_file_as_its_address(tmp_path, capsys):
+    assert main(["solve", "--ray", str(sample_landmarks_path()), "-o", str(tmp_path / "o.parquet")]) == 2
+    assert "--ray=ADDRESS" in capsys.readouterr().err

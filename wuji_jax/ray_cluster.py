@@ -1,0 +1,677 @@
+"""Solve whole datasets on a Ray cluster: the table :func:`wuji_jax.batch.solve_dataset` writes, from
+many workers (extra ``ray``: ``pip install 'wuji-jax[ray]'``)::
+
+    from wuji_jax.ray_cluster import solve_dataset_ray
+    summary = solve_dataset_ray("/shared/takes/*.npy", "/shared/out/angles.parquet", address="auto")
+
+or ``wuji-jax solve INPUT... -o OUT --ray [ADDRESS]`` (no ADDRESS: a local cluster on this machine;
+``auto``: the cluster ``ray start`` made on this machine; ``HOST:PORT`` or ``ray://HOST:10001``: that
+one).
+
+How a run is laid out
+---------------------
+* The files are cut into *blocks*: a file whose frame count its header gives (``.npy``, ``.npz``,
+  Parquet, HDF5) is split into blocks of ``block_size`` frames (default 16 chunks), any other file
+  (CSV, JSONL, a video) is one block. The blocks form a :class:`ray.data.Dataset` of one row each,
+  ``map_batches``'d by an actor pool of :class:`_BlockSolver` (one worker per CPU, or per GPU when the
+  cluster has GPUs, each holding one CPU or GPU). A worker sets its JAX to one device (CPU: one CPU
+  device), turns on the persistent compilation cache and compiles the solver once when it starts;
+  workers on one machine share the cache folder: the first compiles while the others wait (a file
+  lock), then they all load its program from the cache.
+* A worker reads its block with :func:`wuji_jax.io.iter_chunks` (every format ``wuji-jax solve``
+  reads) from the start of the file, in chunks of ``chunk_size``: a block in the middle of a file
+  decides the side (``side="auto"``) and the unit check from the file's first chunks, exactly as
+  the single-machine run, and skips the chunks before it without solving them. Each chunk is solved
+  by :class:`wuji_jax.batch._Kernel` with the same ``batch_size``, solver settings and dtype as
+  :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole batches), so every frame's
+  values equal the single-machine run's on the same device type (bit for bit on CPU: a frame's
+  result does not depend on the frames solved beside it).
+* The finished block comes back to the driver as one row (the part, as bytes) and the driver writes
+  it to ``<out>.parts/chunk_<file>_<start>.npz`` (a temporary name, then renamed); so only the
+  driver writes the output, and the inputs must be readable at the same path on every node (a shared
+  file system). ``<out>.parts/manifest.json`` records the inputs' identity (as
+  :func:`~wuji_jax.batch.solve_dataset`'s, plus the block size) and every finished block, its frames,
+  notes or error.
+* Rerunning the same call after a failure (a killed driver, a lost cluster) solves only the blocks
+  without a part; the output is the same, byte for byte. A worker that dies is restarted by Ray and
+  its block solved again (Ray Data's actor fault tolerance: ``max_restarts`` and
+  ``max_task_retries`` unlimited).
+* At the end the parts are concatenated in input order into ``out`` (``.parquet``, ``.npz`` or
+  ``.csv``: the layout and columns of :func:`~wuji_jax.batch.solve_dataset`, one row group per
+  block), with ``<stem>_summary.json`` (the same fields, plus ``ray``) and ``<stem>_plot.png``.
+
+A bad file (unreadable, wrong shape, wrong units) is that file's one-line error: with
+``on_error="skip"`` (the default here) it goes to the summary's ``errors``, its rows are left out
+and the other files are solved; ``on_error="raise"`` stops the job at the first error that comes
+back (the finished parts are kept).
+
+Progress is Ray Data's own progress bar (blocks done).
+
+Costs
+-----
+A block in the middle of a file is reached by reading the file from its start (about 1.2 million
+frames/s for ``.npy``; 10⁶ frames in 16 blocks read about 8·10⁶ frames in all, a few seconds of CPU
+next to minutes of solving). Ray itself costs a few seconds to start a local cluster and a few
+more to start the workers (a process each: Python, JAX, the program from the cache). On one machine
+it does not beat the plain command line: ``benchmarks/bench_ray.py`` on 10⁶ frames and 2 shared
+cores measured 14.8k frames/s for ``wuji-jax solve`` against 8.6k with two Ray workers on a quiet
+machine (load 2), 8.5k against 7.8k with the machine busy with other work (load 5-7): the command
+line gives JAX one CPU device per core in one process, which solves about 1.3 times the frames of
+two one-device processes (whose values equal ``solve_dataset(devices=1)``'s bit for bit, while the
+sharded ones differ from those by float rounding). Ray is for more machines than one.
+
+(The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
+package in the caller's namespace, and a script run from inside the package folder would import it
+for ``import ray``.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io as _bytes_io
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import batch as _batch
+from . import io as wio
+
+__all__ = ["solve_dataset_ray", "run_solve_cli", "DEFAULT_BLOCK_CHUNKS"]
+
+#: frames per block, in chunks: big enough that a block's start-up (reading the file up to it) is
+#: small next to solving it, small enough that the blocks of one big file keep every worker busy
+DEFAULT_BLOCK_CHUNKS = 16
+_MANIFEST_VERSION = 1
+_RUNNER = "ray"
+_INSTALL = "pip install 'wuji-jax[ray]'"
+
+
+def _import_ray():
+    """``ray`` and ``ray.data``, or a one-line ImportError saying how to install them."""
+    try:
+        import ray
+        import ray.data
+    except ImportError as e:
+        raise ImportError(f"solving on a Ray cluster needs Ray with Ray Data ({_INSTALL}); "
+                          f"{type(e).__name__}: {e}") from None
+    return ray
+
+
+# ------------------------------------------------------------------------------------ the worker
+
+
+class _BlockSolver:
+    """Ray Data's stateful callable: one per worker. ``__init__`` sets up JAX (one device), the
+    compilation cache, the hand and the compiled kernel; ``__call__`` solves a batch of block rows
+    (``unit``, ``file``, ``path``, ``name``, ``start``, ``stop``) into rows of ``unit``, ``meta``
+    (JSON: frames, side, notes, error, worker) and ``part`` (the part file's bytes)."""
+
+    def __init__(self, *, settings: dict, cache: tuple | None, gpu: bool, crash_once: str | None = None):
+        import jax
+
+        from .devices import jax_started
+
+        if not jax_started():
+            if not gpu:
+                jax.config.update("jax_platforms", "cpu")
+            jax.config.update("jax_num_cpu_devices", 1)
+        jax.config.update("jax_enable_x64", settings["dtype"] == "float64")
+        folder = None
+        if cache is not None:
+            from .cache import ENV_OFF, enable_compilation_cache
+
+            where, explicit = cache
+            if explicit:  # a folder named by the caller beats an inherited WUJI_JAX_NO_CACHE
+                os.environ.pop(ENV_OFF, None)
+            folder = enable_compilation_cache(where)
+        device = jax.devices()[0]
+        if gpu and device.platform == "cpu":
+            raise RuntimeError("a GPU worker's JAX finds no GPU: install JAX with GPU support on the "
+                               "workers (pip install 'jax[cuda12]') or run on CPUs (use_gpu=False)")
+        self.s = settings
+        self.config = settings["config"]
+        self.dtype = np.dtype(settings["dtype"])
+        self.kernel = _batch._Kernel(self.config, [device], settings["batch_size"], self.dtype)
+        self.worker = f"{socket.gethostname()}:{os.getpid()} {device}"
+        self.crash_once = crash_once
+        self._warm_up(folder, device)
+
+    def _warm_up(self, folder: str | None, device) -> None:
+        """Compile the kernel (or load it from the cache) before the first block. Where the cache is
+        on, the first worker of a machine to start compiles while the others wait (a file lock in the
+        cache folder), then marks the program compiled; the others, and every later worker, find the
+        mark and load the program from the cache at once, side by side."""
+        import jax
+
+        s = self.s
+        side = s["side"] if s["side"] != "auto" else "right"
+
+        def run():
+            outs = self.kernel.dispatch(side, np.full((1, 21, 3), np.nan, self.dtype), s["inspire"])
+            self.kernel.collect(outs, 1)
+
+        try:
+            import fcntl
+        except ImportError:  # Windows: no lock; every worker may compile
+            fcntl = None
+        if folder is None or fcntl is None:
+            run()
+            return
+        from . import __version__
+
+        key = hashlib.sha256(repr((__version__, jax.__version__, device.platform, device.device_kind, s["batch_size"],
+                                   self.dtype.name, side, s["inspire"], self.config.static(),
+                                   os.environ.get("XLA_FLAGS", ""))).encode()).hexdigest()[:16]
+        mark = Path(folder) / f".wuji_jax_ray_{key}.compiled"
+        if not mark.exists():
+            with open(Path(folder) / ".wuji_jax_ray.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    if not mark.exists():
+                        run()
+                        mark.touch()
+                        return
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+        run()
+
+    def __call__(self, table):
+        import pyarrow as pa
+
+        units, metas, parts = [], [], []
+        for row in table.to_pylist():
+            meta, blob = self.solve_block(row)
+            units.append(row["unit"])
+            metas.append(json.dumps(meta))
+            parts.append(blob)
+        return pa.table({"unit": pa.array(units, pa.int64()), "meta": pa.array(metas, pa.string()),
+                         "part": pa.array(parts, pa.large_binary())})
+
+    def solve_block(self, row: dict) -> tuple[dict, bytes]:
+        """One block: ``(meta, part bytes)``; a bad file gives its error and no part."""
+        s = self.s
+        name, path = row["name"], row["path"]
+        start, stop = int(row["start"]), row["stop"]
+        meta = {"unit": int(row["unit"]), "file": int(row["file"]), "start": start, "frames": 0,
+                "side": None, "notes": [], "error": None, "worker": self.worker}
+        got: dict[str, list] = {}
+        pending: list = []
+        frame_parts: list = []
+        time_parts: list = []
+        side = None
+
+        def collect():
+            while pending:
+                outs, n = pending.pop(0)
+                for k, v in self.kernel.collect(outs, n).items():
+                    got.setdefault(k, []).append(v)
+                if self.crash_once and not os.path.exists(self.crash_once):
+                    Path(self.crash_once).touch()  # tests: this worker dies once, mid-block
+                    os._exit(1)
+
+        try:
+            checked = not s["check_units"]
+            for local, world, t in _batch._Prefetch(
+                    _batch._read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"])):
+                if side is None:
+                    side = _batch._file_side(s["side"], world, name, meta["notes"])
+                if not checked and np.isfinite(world).all(axis=(1, 2)).any():
+                    from .landmarks import unit_problem
+
+                    problem = unit_problem(world)
+                    if problem:
+                        raise _batch._FileError(f"{name}: {problem} (or pass check_units=False)")
+                    checked = True
+                m = world.shape[0]
+                if local + m <= start:  # before this block: read for the side and unit check only
+                    continue
+                if stop is not None and local >= stop:
+                    break
+                outs = self.kernel.dispatch(side, world, s["inspire"])  # asynchronous
+                collect()  # the previous chunk, while this one is solved
+                pending.append((outs, m))
+                frame_parts.append(local + np.arange(m, dtype=np.int64))
+                time_parts.append(np.asarray(t, np.float64))
+                meta["frames"] += m
+            collect()
+        except _batch._FileError as e:
+            msg = str(e)
+            if path != name and msg.startswith(path):  # name the file as the caller did
+                msg = name + msg[len(path):]
+            meta.update(error=msg, frames=0, notes=[])
+            return meta, b""
+        meta["side"] = side
+        if not meta["frames"]:
+            return meta, b""
+        frames = np.concatenate(frame_parts)
+        arrays = {"source": np.full(frames.shape[0], int(row["file"]), np.int32), "frame": frames,
+                  "timestamp": np.concatenate(time_parts), "side": np.asarray(side),
+                  "run": np.asarray(s["digest"]), **{k: np.concatenate(v) for k, v in got.items()}}
+        buf = _bytes_io.BytesIO()
+        np.savez(buf, **arrays)
+        return meta, buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------ the driver
+
+
+@dataclasses.dataclass(frozen=True)
+class _Device:
+    """What :func:`wuji_jax.batch._identity` reads of a device: its platform."""
+
+    platform: str
+
+
+def _blocks(files: Sequence[Any], block_size: int, max_frames: int | None) -> list[dict]:
+    """The blocks, in input order: ``file``, ``start``, ``stop`` (None: to the end of the file)."""
+    out = []
+    for fi, f in enumerate(files):
+        n = _batch._count_frames(f)
+        limit = wio.MAX_FRAMES if max_frames is None else max_frames
+        if n is None or n <= block_size or n > limit:  # unknown, small, or refused by the reader anyway
+            out.append({"file": fi, "start": 0, "stop": None})
+            continue
+        for s in range(0, n, block_size):
+            out.append({"file": fi, "start": s, "stop": s + block_size if s + block_size < n else None})
+    return out
+
+
+def _cache_setting(compilation_cache: Any) -> tuple | None:
+    """``(folder or None, explicit)`` for the workers' compilation cache, or None for no cache."""
+    from .cache import compilation_cache_dir
+
+    if compilation_cache is False:
+        return None
+    if compilation_cache not in (None, True):
+        return (str(Path(compilation_cache).expanduser().absolute()), True)
+    # the driver's folder, else each worker's default; a worker's WUJI_JAX_NO_CACHE=1 turns it off there
+    return (compilation_cache_dir(), False)
+
+
+def _connect(ray, address: str | None, progress: bool) -> bool:
+    """Join or start a cluster; True when this call started Ray (and so shuts it down)."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"log_to_driver": progress}
+    if address in (None, "local"):
+        kwargs["include_dashboard"] = False
+    ray.init(address=address, **kwargs)
+    return True
+
+
+def _write_bytes(path: Path, blob: bytes) -> None:
+    """A part, atomically (a temporary name, fsync, rename): whole or absent."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def solve_dataset_ray(
+    source: Any,
+    out: str | os.PathLike,
+    side: str = "right",
+    chunk_size: int = _batch.DEFAULT_CHUNK_SIZE,
+    resume: bool = True,
+    progress: bool = True,
+    inspire: bool = True,
+    iterations: int | None = None,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    use_gpu: bool | None = None,
+    block_size: int | None = None,
+    on_error: str = "skip",
+    config=None,
+    batch_size: int | None = None,
+    check_units: bool = True,
+    fps: float | None = None,
+    plot: bool = True,
+    keep_parts: bool = False,
+    max_frames: int | None = wio.MAX_FRAMES,
+    compilation_cache: str | os.PathLike | bool | None = None,
+    _crash_once: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Solve every frame of landmark files on a Ray cluster into one table (see the module docstring).
+
+    The arguments shared with :func:`wuji_jax.batch.solve_dataset` mean the same; the table, its
+    row order and every frame's values are the same as that function's with ``devices=1`` on the
+    workers' device type. Inputs must be readable at the same path by the driver and every worker.
+
+    Args:
+        address: the cluster: None joins the one this process is connected to, else what
+            :func:`ray.init` finds (``$RAY_ADDRESS``, a ``ray start`` on this machine) or a new local
+            one; ``"local"`` starts a new local cluster; ``"auto"``, ``"HOST:PORT"`` or
+            ``"ray://HOST:10001"`` joins that cluster. A cluster this call started is shut down at
+            the end.
+        workers: actors solving blocks (default: one per CPU of the cluster, or one per GPU; more than
+            the cluster holds wait for nodes to join, e.g. from an autoscaler).
+        use_gpu: one GPU per worker (default: when the cluster has GPUs; JAX with GPU support
+            must be installed on the workers).
+        block_size: frames per block, the unit of work, of progress and of resumption (rounded up
+            to a multiple of ``chunk_size``; default ``DEFAULT_BLOCK_CHUNKS`` chunks).
+        on_error: ``"skip"`` (default) reports a bad file in ``errors`` and solves the rest;
+            ``"raise"`` stops at the first one that comes back.
+        compilation_cache: the workers' persistent compilation cache folder (used even where a
+            worker's environment has ``WUJI_JAX_NO_CACHE=1``). Default: the driver's folder
+            (:func:`wuji_jax.cache.compilation_cache_dir`) if it has one, else each worker's own
+            (``$WUJI_JAX_CACHE_DIR`` or the per-user folder), off on a worker whose environment has
+            ``WUJI_JAX_NO_CACHE=1`` (a local cluster inherits the driver's environment). False: off.
+
+    Returns:
+        the summary dict of :func:`~wuji_jax.batch.solve_dataset` (also written to
+        ``<stem>_summary.json``), whose ``devices`` lists the workers that solved blocks, plus
+        ``ray``: ``{"address", "nodes", "workers", "use_gpu", "blocks", "block_size"}``.
+
+    Raises:
+        ImportError: Ray (with Ray Data) is not installed.
+        ValueError: bad arguments, or (``on_error="raise"``) a bad file.
+    """
+    import jax
+
+    from .solver import SolverConfig
+
+    ray = _import_ray()
+    t_start = time.perf_counter()
+    if side not in ("right", "left", "auto"):
+        raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    chunk_size = int(chunk_size)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    block_size = DEFAULT_BLOCK_CHUNKS * chunk_size if block_size is None else int(block_size)
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    block_size = -(-block_size // chunk_size) * chunk_size
+    if workers is not None and int(workers) < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    config = config or SolverConfig()
+    if iterations is not None:
+        if int(iterations) < 1:
+            raise ValueError(f"iterations must be >= 1, got {iterations}")
+        config = dataclasses.replace(config, iterations=int(iterations))
+    max_frames = wio._max_frames(max_frames)
+    out = _batch._out_path(out)
+    dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
+    cache = _cache_setting(compilation_cache)
+
+    files = wio._expand(source)
+    _batch._check_outputs(source, files, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = _connect(ray, address, progress)
+    try:
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        gpu = gpus > 0 if use_gpu is None else bool(use_gpu)
+        if gpu and not gpus:
+            raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
+        if batch_size is None:
+            batch_size = min(chunk_size, _batch._CPU_BATCH) if not gpu else chunk_size
+        batch_size = max(int(batch_size), 1)
+        if workers is None:
+            workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)), 1)
+        run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "gpu": gpu,
+               "workers": int(workers), "cache": cache, "crash_once": None if _crash_once is None
+               else str(_crash_once), "address": address}
+        with _batch._OutputLock(out):
+            return _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progress, inspire,
+                                 on_error, check_units, fps, plot, keep_parts, max_frames, run, t_start)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progress, inspire, on_error,
+                  check_units, fps, plot, keep_parts, max_frames, run, t_start) -> dict[str, Any]:
+    """:func:`solve_dataset_ray` once its arguments are checked, Ray runs and the output is locked."""
+    config, dtype, batch_size, gpu = run["config"], run["dtype"], run["batch_size"], run["gpu"]
+    identity = _batch._identity(files, chunk_size, side, config, inspire, check_units, fps, dtype,
+                                [_Device("gpu" if gpu else "cpu")], batch_size)
+    identity.update(runner=_RUNNER, block_size=block_size, max_frames=max_frames)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    _batch._remove_stale_temporaries(out)
+
+    parts_dir = Path(str(out) + ".parts")
+    manifest_path = parts_dir / "manifest.json"
+    notes: list[str] = []
+    recorded: dict[int, dict] = {}
+    if parts_dir.exists():
+        foreign = [] if not parts_dir.is_dir() else [p.name for p in parts_dir.iterdir() if not (
+            p.name == "manifest.json" or p.name.endswith(".tmp") or (p.name.startswith("chunk_")
+                                                                     and p.suffix == ".npz"))]
+        if foreign or not parts_dir.is_dir():
+            raise ValueError(f"{parts_dir}: exists and holds other files ({', '.join(foreign[:3]) or 'not a folder'}); "
+                             "it is not a folder of solve_dataset parts: move it or write elsewhere")
+        old = None
+        try:
+            old = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            pass
+        if resume and old and old.get("version") == _MANIFEST_VERSION and old.get("identity") == identity:
+            recorded = {int(u["unit"]): u for u in old.get("units", [])}
+        else:
+            if resume and old is not None:
+                notes.append(f"{parts_dir}: the inputs or settings changed since the interrupted run "
+                             "(or it was not a Ray run); started over")
+            shutil.rmtree(parts_dir)
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    for stale in parts_dir.glob("*.tmp"):
+        stale.unlink()
+
+    blocks = _blocks(files, block_size, max_frames)
+    for u, b in enumerate(blocks):
+        b["unit"] = u
+
+    def part_path(b: dict) -> Path:
+        return parts_dir / f"chunk_{b['file']:06d}_{b['start']:012d}.npz"
+
+    done: dict[int, dict] = {}
+    for u, rec in recorded.items():
+        if u >= len(blocks):
+            continue
+        if rec.get("error") or not rec.get("frames") or _batch._part_ok(part_path(blocks[u]), digest):
+            done[u] = rec
+    keep = {part_path(blocks[u]) for u, r in done.items() if r.get("frames") and not r.get("error")}
+    for p in parts_dir.glob("chunk_*.npz"):
+        if p not in keep:  # cut short, or not recorded: solved again
+            p.unlink()
+    manifest = {"version": _MANIFEST_VERSION, "identity": identity, "units": []}
+
+    def save_manifest():
+        manifest["units"] = [done[u] for u in sorted(done)]
+        _batch._atomic_json(manifest_path, manifest)
+
+    save_manifest()
+    failed_files = {r["file"] for r in done.values() if r.get("error")}
+    todo = [b for b in blocks if b["unit"] not in done and b["file"] not in failed_files]
+    resumed = sum(r.get("frames", 0) for r in done.values() if not r.get("error"))
+    solved = 0
+    workers_seen: set[str] = set()
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    try:
+        address = ray.get_runtime_context().gcs_address
+    except Exception:  # not in every Ray version: the address as given
+        address = run["address"]
+    n_workers = min(run["workers"], len(todo)) if todo else 0
+
+    try:
+        if todo:
+            for meta in _run_blocks(ray, files, todo, n_workers, gpu, {
+                    "config": config, "dtype": dtype, "batch_size": batch_size, "side": side,
+                    "chunk_size": chunk_size, "inspire": inspire, "check_units": check_units, "fps": fps,
+                    "max_frames": max_frames, "digest": digest}, run, progress):
+                u = meta["unit"]
+                blob = meta.pop("part")
+                if meta["error"]:
+                    if on_error == "raise":
+                        raise ValueError(meta["error"])
+                elif meta["frames"]:
+                    _write_bytes(part_path(blocks[u]), blob)
+                    solved += meta["frames"]
+                    workers_seen.add(meta["worker"])
+                done[u] = {k: meta[k] for k in ("unit", "file", "start", "frames", "side", "notes", "error")}
+                save_manifest()
+    except BaseException as e:
+        kept = len(list(parts_dir.glob("chunk_*.npz")))
+        if not kept:
+            shutil.rmtree(parts_dir, ignore_errors=True)
+        elif isinstance(e, ValueError):
+            raise ValueError(f"{e} ({kept} finished block{'s' if kept != 1 else ''} kept in {parts_dir}: "
+                             "the same command resumes from them)") from None
+        elif isinstance(e, Exception):
+            raise RuntimeError(f"the Ray job failed ({type(e).__name__}: {' '.join(str(e).split())[:500]}); "
+                               f"{kept} finished block{'s' if kept != 1 else ''} kept in {parts_dir}: the same "
+                               "command resumes from them") from e
+        raise
+
+    # a file's error is the first one in reading order: that of its first block that failed
+    errors_by_file: dict[int, str] = {}
+    for u in sorted(done):
+        r = done[u]
+        if r.get("error") and r["file"] not in errors_by_file:
+            errors_by_file[r["file"]] = r["error"]
+    failed = set(errors_by_file)
+    errors = [errors_by_file[f] for f in sorted(errors_by_file)]
+    good = [b for b in blocks if b["file"] not in failed and done[b["unit"]]["frames"] > 0]
+    if not good:
+        what = "; ".join(errors) if errors else "the inputs hold no frames"
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        raise ValueError(f"nothing solved: {what}")
+    for b in blocks:  # notes of the good files, in input order (a file's notes come with its first block)
+        r = done[b["unit"]]
+        if b["file"] not in failed and b["start"] == 0:
+            notes.extend(r.get("notes") or [])
+    n_rows = sum(done[b["unit"]]["frames"] for b in good)
+    try:
+        on_disk = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        on_disk = None
+    if on_disk != manifest:
+        raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
+    assembled = _batch._assemble(out, [part_path(b) for b in good], failed, files, inspire, n_rows, digest)
+    wall = time.perf_counter() - t_start
+
+    plot_path = None
+    if plot:
+        try:
+            plot_path = _batch._plot(out.with_name(out.stem + "_plot.png"), assembled["sample"],
+                                     len({b["file"] for b in good}) == 1)
+        except ImportError:
+            notes.append("plot skipped: matplotlib is not installed (pip install 'wuji-jax[viz]')")
+    res = assembled["residual_valid"]
+    summary = {
+        "frames": assembled["frames"], "flagged": assembled["flagged"], "valid": assembled["valid"],
+        "flag_counts": assembled["flag_counts"],
+        "residual_mm_mean": float(np.mean(res)) if res.size else None,
+        "residual_mm_median": float(np.median(res)) if res.size else None,
+        "frames_per_second": solved / wall if wall > 0 else None,
+        "wall_seconds": wall, "solved_frames": solved, "resumed_frames": resumed,
+        "files": len(files) - len(failed), "errors": errors, "notes": notes,
+        "devices": sorted(workers_seen), "batch_size": batch_size, "chunk_size": chunk_size,
+        "iterations": int(config.iterations), "output": str(out),
+        "plot": None if plot_path is None else str(plot_path),
+        "summary": str(out.with_name(out.stem + "_summary.json")),
+        "ray": {"address": address, "nodes": nodes, "workers": n_workers, "use_gpu": gpu,
+                "blocks": len(blocks), "block_size": block_size},
+    }
+    _batch._atomic_json(Path(summary["summary"]), summary)
+    if not keep_parts:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    return summary
+
+
+def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, settings: dict, run: dict,
+                progress: bool):
+    """Yield each block's meta (with its ``part`` bytes) as the workers finish it, in any order."""
+    import ray.data as rd
+
+    rows = [{"unit": b["unit"], "file": b["file"], "path": str(Path(files[b["file"]]).absolute()),
+             "name": str(files[b["file"]]), "start": b["start"], "stop": b["stop"]} for b in todo]
+    ctx = rd.DataContext.get_current()
+    was = ctx.enable_progress_bars
+    ctx.enable_progress_bars = bool(progress)
+    try:
+        ds = rd.from_items(rows, override_num_blocks=len(rows))
+        ds = ds.map_batches(
+            _BlockSolver, batch_size=1, batch_format="pyarrow",
+            # one block at a time per worker: a block is many seconds of work, so a queue in front of
+            # a busy worker would only leave another one idle at the end
+            compute=rd.ActorPoolStrategy(size=n_workers, max_tasks_in_flight_per_actor=1),
+            num_cpus=1, num_gpus=1 if gpu else None,
+            fn_constructor_kwargs={"settings": settings, "cache": run["cache"], "gpu": gpu,
+                                   "crash_once": run["crash_once"]})
+        for row in ds.iter_rows():
+            meta = json.loads(row["meta"])
+            meta["part"] = row["part"]
+            yield meta
+    finally:
+        ctx.enable_progress_bars = was
+
+
+# --------------------------------------------------------------------------------------- the CLI
+
+
+def run_solve_cli(args) -> int:
+    """``wuji-jax solve ... --ray [ADDRESS]``: :func:`solve_dataset_ray` with the ``solve`` verb's parsed
+    arguments and its report (called by :func:`wuji_jax.cli._run_solve`); returns the exit status."""
+    from .cli import PROG, UsageError, _one_line, _solve_output
+
+    if args.chunk_size < 1:
+        raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}")
+    if args.iterations is not None and args.iterations < 1:
+        raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.fps is not None and not args.fps > 0:
+        raise UsageError(f"--fps must be > 0, got {args.fps}")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise UsageError(f"--max-frames must be >= 1, got {args.max_frames}")
+    address = args.ray.strip()
+    if not address:
+        raise UsageError("--ray: empty address (give none for a local cluster, 'auto', or HOST:PORT)")
+    if address not in ("local", "auto") and (Path(address).suffix.lower() in wio.DATA_EXTENSIONS
+                                             + wio.VIDEO_EXTENSIONS or os.path.exists(address)):
+        # `--ray IN.npy`: argparse gave the first input to --ray's optional ADDRESS
+        raise UsageError(f"--ray {address}: looks like an input file, not a cluster address; put --ray "
+                         "after the inputs, or write --ray=ADDRESS")
+    _import_ray()
+    out = _solve_output(args)
+    inputs = list(args.inputs)
+    if not inputs:
+        inputs = [str(_batch.sample_landmarks_path())]
+        if not args.quiet:
+            print(f"no INPUT given: solving the bundled sample {inputs[0]}")
+    s = solve_dataset_ray(inputs, out, side=args.side, chunk_size=args.chunk_size, resume=not args.no_resume,
+                          progress=not args.quiet, iterations=args.iterations, address=address,
+                          on_error="skip", fps=args.fps, plot=not args.no_plot,
+                          check_units=not args.no_unit_check,
+                          max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames,
+                          compilation_cache=getattr(args, "cache_dir", None)
+                          or (False if getattr(args, "no_cache", False) else None))
+    for e in s["errors"]:
+        print(f"{PROG}: error: {_one_line(e)} (skipped)", file=sys.stderr)
+    if not args.quiet:
+        for n in s["notes"]:
+            print(f"note: {_one_line(n)}")
+        r = s["ray"]
+        resumed = f", {s['resumed_frames']:,} resumed from an interrupted run" if s["resumed_frames"] else ""
+        res = ("" if s["residual_mm_mean"] is None else
+               f"; residual mean {s['residual_mm_mean']:.2f} mm, median {s['residual_mm_median']:.2f} mm")
+        print(f"solved {s['frames']:,} frames from {s['files']} file{'s' if s['files'] != 1 else ''} on "
+              f"{r['workers']} Ray worker{'s' if r['workers'] != 1 else ''} ({r['nodes']} node"
+              f"{'s' if r['nodes'] != 1 else ''}) in {s['wall_seconds']:.1f} s "
+              f"({s['frames_per_second']:,.0f} frames/s incl. start-up{resumed}): "
+              f"{s['valid']:,} valid, {s['flagged']:,} flagged{res}")
+    print(f"angles:  {s['output']}")
+    if s["plot"]:
+        print(f"plot:    {s['plot']}")
+    print(f"summary: {s['summary']}")
+    return 1 if s["errors"] else 0
