@@ -31,7 +31,7 @@ from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
 from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
-from .lm import Problem, Structure, Variables, cost, keypoints, minimise, start_point
+from .lm import Problem, Structure, Variables, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
@@ -106,8 +106,10 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     qa = analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
     x = Variables(qa, coupled_rows(hand, qa) if soft else empty, R, t, logs)
     # a warm start: keep q0 where it fits better than the closed-form angles
-    x, init = start_point(hand, st, params, prob, config, x, x._replace(q=q0, rot=prob.rot_prior), warm)
-    x, iters, converged = minimise(hand, st, params, prob, config, x, valid, init)
+    x0 = x._replace(q=q0, rot=prob.rot_prior)
+    c0, ca = (cost(hand, v, keypoints(hand, st, params, v, False)[0], prob, config, soft) for v in (x0, x))
+    x = jax.tree_util.tree_map(lambda a, b: jnp.where(warm & (c0 < ca), a, b), x0, x)
+    x, iters, converged = minimise(hand, st, params, prob, config, x, valid)
 
     # projection onto the limits; frames without enough landmarks keep their start pose
     lo, hi = hand.lower[:, None], hand.upper[:, None]

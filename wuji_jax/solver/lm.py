@@ -49,7 +49,7 @@ from ..model import HandModel
 from .config import SolverConfig
 
 __all__ = ["REF", "Structure", "Problem", "Variables", "LMState", "cost", "normal_equations", "gauss_newton_step", "step",
-           "minimise", "start_point", "chol_solve", "huber"]
+           "minimise", "chol_solve", "huber"]
 
 REF = 0.01  #: metres: residuals are measured in units of 1 cm inside the solver
 #: Gauss–Newton steps whose tangent gives the solver's derivative (see the module docstring)
@@ -317,14 +317,11 @@ def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverCon
                    converged=converged, active=s.active & ~done & ~stalled, i=s.i + 1)
 
 
-def _loop(st: Structure, theta, x0: Variables, init, active):
+def _loop(st: Structure, theta, x0: Variables, active):
     hand, params, prob, cfg = theta
-    if init is None:
-        kp, J = keypoints(hand, st, params, x0, True)
-        c0 = cost(hand, x0, kp, prob, cfg, st.soft)
-    else:
-        kp, J, c0 = init
+    kp, J = keypoints(hand, st, params, x0, True)
     B = kp.shape[-1]
+    c0 = cost(hand, x0, kp, prob, cfg, st.soft)
     s = LMState(x=x0, kp=kp, J=J, cost=c0, lam=jnp.full((B,), cfg.damping, kp.dtype), nu=jnp.full((B,), 2.0, kp.dtype),
                 iterations=jnp.zeros((B,), jnp.int32), converged=jnp.zeros((B,), bool), active=active,
                 i=jnp.zeros((), jnp.int32))
@@ -334,14 +331,14 @@ def _loop(st: Structure, theta, x0: Variables, init, active):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _minimise(st: Structure, theta, x0: Variables, init, active):
-    return _loop(st, theta, x0, init, active)
+def _minimise(st: Structure, theta, x0: Variables, active):
+    return _loop(st, theta, x0, active)
 
 
 @_minimise.defjvp
 def _minimise_jvp(st, primals, tangents):
-    theta, x0, init, active = primals
-    x, iterations, converged = _minimise(st, theta, x0, init, active)
+    theta, x0, active = primals
+    x, iterations, converged = _minimise(st, theta, x0, active)
     hand, params, prob, cfg = theta
 
     def steps(theta):  # Gauss–Newton steps from the (fixed) solution: their tangent is the derivative
@@ -361,30 +358,9 @@ def _minimise_jvp(st, primals, tangents):
 
 
 def minimise(hand: HandModel, st: Structure, params: ChainParams, prob: Problem, cfg: SolverConfig, x0: Variables,
-             active, init=None):
+             active):
     """Run LM from ``x0`` on the frames where ``active (B,)``; returns the variables, the iterations
     each frame ran and whether it converged. Differentiable in ``hand``, ``params``, ``prob`` and
-    ``cfg`` (one-step implicit derivative, see the module docstring); ``x0`` is only a start.
-    ``init``: the keypoints, link Jacobian and cost at ``x0`` where the caller has them already
-    (:func:`start_point`), else they are computed here."""
-    x0, init = jax.lax.stop_gradient((x0, init))
-    return _minimise(st, (hand, params, prob, cfg), x0, init, active)
-
-
-def start_point(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverConfig, xa: Variables,
-                xw: Variables, warm):
-    """The better of two starts per frame, with what :func:`minimise` needs there: ``xw`` (a warm
-    start) where ``warm`` and its cost is lower, else ``xa``. Both are evaluated in one pass over a
-    batch of ``2B`` (one forward kinematics with Jacobian in the compiled program instead of three).
-
-    Returns:
-        ``(x, (kp, J, cost))``.
-    """
-    B = xa.logs.shape[-1]
-    both = jax.tree_util.tree_map(lambda w, a: jnp.concatenate([w, a], -1), xw, xa)
-    prob2 = prob._replace(**{k: jnp.concatenate([v, v], -1) for k, v in prob._asdict().items() if jnp.ndim(v)})
-    kp, J = keypoints(hand, st, params, both, True)
-    c = cost(hand, both, kp, prob2, cfg, st.soft)
-    use_w = warm & (c[:B] < c[B:])
-    pick = lambda a: jnp.where(use_w, a[..., :B], a[..., B:])  # noqa: E731 (per frame, last axis)
-    return jax.tree_util.tree_map(pick, both), (pick(kp), pick(J), pick(c))
+    ``cfg`` (one-step implicit derivative, see the module docstring); ``x0`` is only a start."""
+    x0 = jax.lax.stop_gradient(x0)
+    return _minimise(st, (hand, params, prob, cfg), x0, active)
