@@ -703,18 +703,13 @@ def solve_dataset(
                              batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start)
 
 
-def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
-                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start) -> dict[str, Any]:
-    """:func:`solve_dataset` once its arguments are checked and it holds the output's lock."""
-    identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    nd = len(devices)
-    _remove_stale_temporaries(out)
-
+def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str = "") -> tuple:
+    """``<out>.parts/`` ready for this run: refused if it holds other files; an interrupted run's
+    manifest with the same version and ``identity`` is returned for reuse (``resume``), else the
+    folder is emptied (with a note). Returns ``(parts_dir, manifest_path, old manifest or None)``."""
     parts_dir = Path(str(out) + ".parts")
     manifest_path = parts_dir / "manifest.json"
-    notes: list[str] = []
-    entries: dict[int, dict] = {}
+    reuse = None
     if parts_dir.exists():
         foreign = [] if not parts_dir.is_dir() else [p.name for p in parts_dir.iterdir() if not (
             p.name == "manifest.json" or p.name.endswith(".tmp") or (p.name.startswith("chunk_")
@@ -728,15 +723,28 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
         except (OSError, ValueError):
             pass
         if resume and old and old.get("version") == _MANIFEST_VERSION and old.get("identity") == identity:
-            entries = {int(e["index"]): e for e in old.get("files", [])}
+            reuse = old
         else:
             if resume and old is not None:
-                notes.append(f"{parts_dir}: the inputs or settings changed since the interrupted run; "
+                notes.append(f"{parts_dir}: the inputs or settings changed since the interrupted run{what}; "
                              "started over")
             shutil.rmtree(parts_dir)
     parts_dir.mkdir(parents=True, exist_ok=True)
     for stale in parts_dir.glob("*.tmp"):
         stale.unlink()
+    return parts_dir, manifest_path, reuse
+
+
+def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
+                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start) -> dict[str, Any]:
+    """:func:`solve_dataset` once its arguments are checked and it holds the output's lock."""
+    identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    _remove_stale_temporaries(out)
+
+    notes: list[str] = []
+    parts_dir, manifest_path, old = _open_parts(out, identity, resume, notes)
+    entries: dict[int, dict] = {int(e["index"]): e for e in old.get("files", [])} if old else {}
     done = set()
     for part in sorted(parts_dir.glob("chunk_*.npz")):
         if _part_ok(part, digest):

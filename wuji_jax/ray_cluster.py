@@ -441,32 +441,9 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     _batch._remove_stale_temporaries(out)
 
-    parts_dir = Path(str(out) + ".parts")
-    manifest_path = parts_dir / "manifest.json"
     notes: list[str] = []
-    recorded: dict[int, dict] = {}
-    if parts_dir.exists():
-        foreign = [] if not parts_dir.is_dir() else [p.name for p in parts_dir.iterdir() if not (
-            p.name == "manifest.json" or p.name.endswith(".tmp") or (p.name.startswith("chunk_")
-                                                                     and p.suffix == ".npz"))]
-        if foreign or not parts_dir.is_dir():
-            raise ValueError(f"{parts_dir}: exists and holds other files ({', '.join(foreign[:3]) or 'not a folder'}); "
-                             "it is not a folder of solve_dataset parts: move it or write elsewhere")
-        old = None
-        try:
-            old = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
-            pass
-        if resume and old and old.get("version") == _MANIFEST_VERSION and old.get("identity") == identity:
-            recorded = {int(u["unit"]): u for u in old.get("units", [])}
-        else:
-            if resume and old is not None:
-                notes.append(f"{parts_dir}: the inputs or settings changed since the interrupted run "
-                             "(or it was not a Ray run); started over")
-            shutil.rmtree(parts_dir)
-    parts_dir.mkdir(parents=True, exist_ok=True)
-    for stale in parts_dir.glob("*.tmp"):
-        stale.unlink()
+    parts_dir, manifest_path, old = _batch._open_parts(out, identity, resume, notes, " (or it was not a Ray run)")
+    recorded: dict[int, dict] = {int(u["unit"]): u for u in old.get("units", [])} if old else {}
 
     blocks = _blocks(files, block_size, max_frames)
     for u, b in enumerate(blocks):
