@@ -129,6 +129,26 @@ def test_package_uses_public_jax_only():
     assert not hits, hits
 
 
+def test_package_map_resolves_and_the_data_readers_load_without_jax():
+    """Every name in ``wj.__all__`` resolves to the object its module defines; ``import wuji_jax.io``
+    (reading datasets) and ``wuji_jax.__version__`` do not load JAX (a bounded-memory reader)."""
+    import importlib
+    import subprocess
+    import sys
+
+    for name in wj.__all__:
+        value = getattr(wj, name)
+        if name in wj._EXPORTS:
+            assert value is getattr(importlib.import_module(f"wuji_jax.{wj._EXPORTS[name]}"), name), name
+    assert set(wj.__all__) <= set(dir(wj))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        wj.nope  # noqa: B018
+    code = ("import sys, wuji_jax, wuji_jax.io, wuji_jax.tables; v = wuji_jax.__version__; "
+            "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_non_finite_fits_are_flagged_not_reported_valid(right):
     """Frames with coordinates near float32 overflow inside a normal batch: flagged, not valid, angles
     at the (finite, within-limits) start pose; the other frames are solved as alone."""

@@ -21,36 +21,36 @@ The map of the library (everything below is public):
 * viewer:     ``write_viewer``: interactive, self-contained HTML view of the kinematic tree (lazy)
 """
 
-from . import geometry as geometry
-from . import inspire as inspire
-from . import landmarks as landmarks
-from .cache import enable_compilation_cache as enable_compilation_cache
-from .calibration import calibrate as calibrate
-from .devices import use_cpu_cores as use_cpu_cores
-from .kinematics import LinkFrames as LinkFrames
-from .kinematics import coupled_angles as coupled_angles
-from .kinematics import forward_keypoints as forward_keypoints
-from .kinematics import forward_kinematics as forward_kinematics
-from .kinematics import full_angles as full_angles
-from .landmarks import LANDMARK_NAMES as LANDMARK_NAMES
-from .landmarks import check_landmarks as check_landmarks
-from .landmarks import detect_side as detect_side
-from .model import HandModel as HandModel
-from .model import load_hand as load_hand
-from .model import load_urdf as load_urdf
-from .model import mirror_urdf as mirror_urdf
-from .model import urdf_path as urdf_path
-from .poses import POSES as POSES
-from .poses import named_pose as named_pose
-from .realtime import FrameSolver as FrameSolver
-from .sequence import solve_sequence as solve_sequence
-from .solver import IKResult as IKResult
-from .solver import SolverConfig as SolverConfig
-from .solver import landmark_loss as landmark_loss
-from .solver import neutral_angles as neutral_angles
-from .solver import pose_from_palm as pose_from_palm
-from .solver import solve as solve
-from .solver import solve_optax as solve_optax
+from typing import TYPE_CHECKING
+
+# public name → the module that defines it. Nothing is imported until a name is first used, so
+# ``import wuji_jax.io`` (and ``wuji-jax --version``) run without loading JAX.
+_EXPORTS = {
+    "enable_compilation_cache": "cache", "calibrate": "calibration", "use_cpu_cores": "devices",
+    "LinkFrames": "kinematics", "coupled_angles": "kinematics", "forward_keypoints": "kinematics",
+    "forward_kinematics": "kinematics", "full_angles": "kinematics",
+    "LANDMARK_NAMES": "landmarks", "check_landmarks": "landmarks", "detect_side": "landmarks",
+    "HandModel": "model", "load_hand": "model", "load_urdf": "model", "mirror_urdf": "model", "urdf_path": "model",
+    "POSES": "poses", "named_pose": "poses", "FrameSolver": "realtime", "solve_sequence": "sequence",
+    "IKResult": "solver", "SolverConfig": "solver", "landmark_loss": "solver", "neutral_angles": "solver",
+    "pose_from_palm": "solver", "solve": "solver", "solve_optax": "solver",
+}
+_MODULES = ("geometry", "inspire", "landmarks")  # public modules in __all__
+_LAZY = ("viz", "io", "video", "batch", "viewer", "overlay")  # optional extras: matplotlib, mediapipe, pyarrow
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from . import geometry, inspire, landmarks  # noqa: F401
+    from .cache import enable_compilation_cache  # noqa: F401
+    from .calibration import calibrate  # noqa: F401
+    from .devices import use_cpu_cores  # noqa: F401
+    from .kinematics import LinkFrames, coupled_angles, forward_keypoints, forward_kinematics, full_angles  # noqa: F401
+    from .landmarks import LANDMARK_NAMES, check_landmarks, detect_side  # noqa: F401
+    from .model import HandModel, load_hand, load_urdf, mirror_urdf, urdf_path  # noqa: F401
+    from .poses import POSES, named_pose  # noqa: F401
+    from .realtime import FrameSolver  # noqa: F401
+    from .sequence import solve_sequence  # noqa: F401
+    from .solver import (IKResult, SolverConfig, landmark_loss, neutral_angles, pose_from_palm, solve,  # noqa: F401
+                         solve_optax)
 
 __version__ = "0.2.0"
 
@@ -62,12 +62,19 @@ __all__ = [
     "pose_from_palm", "solve", "solve_optax", "__version__",
 ]  # and, imported on first use: viz, io, video, batch, viewer, overlay
 
-_LAZY = ("viz", "io", "video", "batch", "viewer", "overlay")
 
-
-def __getattr__(name):  # optional modules: matplotlib / mediapipe / pyarrow load on first use
+def __getattr__(name):
     import importlib
 
-    if name in _LAZY:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'wuji_jax' has no attribute {name!r}")
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name in _MODULES or name in _LAZY:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'wuji_jax' has no attribute {name!r}")
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(_LAZY))
