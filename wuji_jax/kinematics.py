@@ -7,7 +7,7 @@ to it.
 
 :func:`forward_keypoints` is the chains' forward kinematics (:func:`wuji_jax.chains.fk`, the one the
 solver uses); :func:`forward_kinematics` walks the whole tree (every link, also those no keypoint
-sits on) with the same per-link rotation (:func:`wuji_jax.geometry.rodrigues`).
+sits on) with the same per-link rotation (:func:`wuji_jax.geometry.rodrigues`), one tree level at a time.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import geometry as geo
 from .chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles
-from .model import ACTIVE, FIXED, HandModel
+from .model import ACTIVE, MIMIC, HandModel
 
 __all__ = ["LinkFrames", "forward_kinematics", "forward_keypoints", "coupled_angles", "full_angles",
            "check_angles"]
@@ -64,22 +65,35 @@ def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
     q = check_angles(hand, q)
     hand = hand.astype(q.dtype)
     batch = q.shape[:-1]
-    qT = jnp.moveaxis(q, -1, 0)  # (n, *batch)
-    rot = coupled_rows(hand, qT)
-    origin_rot = jnp.moveaxis(hand.origin_rot, (1, 2), (0, 1))  # (3, 3, L)
-    eye = jnp.broadcast_to(jnp.eye(3, dtype=q.dtype).reshape((3, 3) + (1,) * len(batch)), (3, 3) + batch)
-    rots, poss = [eye], [jnp.zeros((3,) + batch, q.dtype)]
-    for i in range(1, hand.num_links):
-        par = hand.parents[i]
-        poss.append(poss[par] + geo.matvec(rots[par], hand.origin_xyz[i].reshape((3,) + (1,) * len(batch))))
-        r = geo.matmul(rots[par], origin_rot[:, :, i].reshape((3, 3) + (1,) * len(batch)))
-        if hand.kinds[i] != FIXED:
-            theta = qT[hand.q_index[i]] if hand.kinds[i] == ACTIVE else rot[hand.mimic_index[i]]
-            s, c = geo.sincos(theta)
-            r = geo.matmul(r, geo.rodrigues(hand.axis[i].reshape((3,) + (1,) * len(batch)), s, c))
-        rots.append(r)
-    return LinkFrames(rotations=jnp.moveaxis(jnp.stack(rots), (0, 1, 2), (-3, -2, -1)),
-                      positions=jnp.moveaxis(jnp.stack(poss), (0, 1), (-2, -1)))
+    qT = q.reshape(-1, hand.num_joints).T  # (n, B)
+    B, L = qT.shape[1], hand.num_links
+    # each link's angle in [q, coupled, 0] (fixed links: 0, which makes Rodrigues' factor the identity)
+    ext = jnp.concatenate([qT, coupled_rows(hand, qT), jnp.zeros((1, B), q.dtype)])
+    n, M = hand.num_joints, len(hand.mimic_sources)
+    angle = np.array([hand.q_index[i] if k == ACTIVE else n + hand.mimic_index[i] if k == MIMIC else n + M
+                      for i, k in enumerate(hand.kinds)])
+    s, c = geo.sincos(ext[angle])  # (L, B)
+    local = geo.matmul(jnp.moveaxis(hand.origin_rot, (1, 2), (0, 1))[..., None],
+                       geo.rodrigues(hand.axis.T[..., None], s, c))  # (3, 3, L, B): O · Rot(axis, θ)
+    xyz = hand.origin_xyz.T[..., None]  # (3, L, 1)
+    # the tree walked level by level: every link of one depth below the root in one array step
+    R = jnp.broadcast_to(jnp.eye(3, dtype=q.dtype)[:, :, None, None], (3, 3, L, B))
+    P = jnp.zeros((3, L, B), q.dtype)
+    for idx in _levels(hand.parents):
+        par = np.asarray(hand.parents)[idx]
+        Rp = R[:, :, par]
+        P = P.at[:, idx].set(P[:, par] + geo.matvec(Rp, xyz[:, idx]))
+        R = R.at[:, :, idx].set(geo.matmul(Rp, local[:, :, idx]))
+    return LinkFrames(rotations=jnp.transpose(R, (3, 2, 0, 1)).reshape(batch + (L, 3, 3)),
+                      positions=jnp.transpose(P, (2, 1, 0)).reshape(batch + (L, 3)))
+
+
+def _levels(parents) -> list[np.ndarray]:
+    """Link indices by depth below the root (the root, depth 0, left out): ``[(k_1,), (k_2,), …]``."""
+    depth = [0] * len(parents)
+    for i in range(1, len(parents)):  # parents[i] < i
+        depth[i] = depth[parents[i]] + 1
+    return [np.array([i for i in range(len(parents)) if depth[i] == d]) for d in range(1, max(depth, default=0) + 1)]
 
 
 @jax.jit

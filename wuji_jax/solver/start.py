@@ -109,28 +109,30 @@ def analytic_angles(hand, ch: Chains, params: ChainParams, q0, R, t, logs, y, w,
     xyz, O, ax, Oa = (lambda d: params.xyz[:, d, :, None], lambda d: params.O[:, :, d, :, None],
                       lambda d: params.axis[:, d, :, None], lambda d: params.Oa[:, d, :, None])
 
-    def link(d):  # O_d · Rot(a_d, θ_d) (3, 3, G, B)
+    def link(angs, d):  # O_d · Rot(a_d, θ_d) (3, 3, G, B)
         return geo.matmul(O(d), geo.rodrigues(ax(d), *geo.sincos(angs[d]))) if ch.has_joint[d] else O(d)
 
-    def walk(F, d0, d1):  # the frame after depth d0 − 1 carried to the frame after depth d1 − 1
+    def walk(angs, F, d0, d1):  # the frame after depth d0 − 1 carried to the frame after depth d1 − 1
         for d in range(d0, d1):
-            F = link(d) if F is None else geo.matmul(F, link(d))
+            F = link(angs, d) if F is None else geo.matmul(F, link(angs, d))
         return F
 
     F, done = None, 0
     for ia, ib, free in ch.bones:
         da, db = int(ch.kp_depth[0, ia]), int(ch.kp_depth[0, ib])
-        F = walk(F, done, da)
+        F = walk(angs, F, done, da)
         done = da
         ok = (wk[ia] > 0) & (wk[ib] > 0)
         dz = z[:, ib] - z[:, ia]
         mimics = [(m, g, d) for m in range(ch.M) for g in range(ch.G) for d in range(da, free[0])
                   if ch.angle[g, d] == ch.n + m]
-        Rb = walk(None, free[-1] + 1, db)  # fixed links from the last free joint to the bone's end
+        Rb = walk(angs, None, free[-1] + 1, db)  # fixed links from the last free joint to the bone's end
         b = geo.unit(xyz(db) if Rb is None else geo.matvec(Rb, xyz(db)))
         O1, a1 = O(free[0]), Oa(free[0])
-        for _ in range(fixed_point if mimics else 1):
-            Fj = walk(F, da, free[0])
+
+        def solve_bone(angs, F=F, da=da, free=free, ok=ok, dz=dz, mimics=mimics, b=b, O1=O1, a1=a1):
+            angs = list(angs)
+            Fj = walk(angs, F, da, free[0])
             o = geo.unit(dz if Fj is None else geo.matTvec(Fj, dz))
             if len(free) == 1:
                 th = [_sp1(a1, geo.matvec(O1, b), o)]
@@ -144,4 +146,10 @@ def analytic_angles(hand, ch: Chains, params: ChainParams, q0, R, t, logs, y, w,
                 law = coupled_rows(hand, gather_joints(ch, q0, angs))
                 for m, g, d in mimics:
                     angs[d] = angs[d].at[g].set(law[m])
+            return tuple(angs)
+
+        if mimics:  # a fixed point: the coupled joint before the bone follows the angles it turns
+            angs = list(jax.lax.fori_loop(0, fixed_point, lambda _, a: solve_bone(a), tuple(angs)))
+        else:
+            angs = list(solve_bone(tuple(angs)))
     return gather_joints(ch, q0, angs)
