@@ -88,7 +88,7 @@ def split_kernel(config, hand, yb: np.ndarray, rows):
     kernel = api.split_kernel(rows.mesh)
     w, q0 = jax.device_put(api.default_inputs(hand, yb, None, None, np), rows)
     cfg = api.config_arrays(config, yb.dtype)
-    return lambda h, y: kernel(h, y, w, q0, cfg, np.bool_(False))
+    return lambda h, y: kernel(h, y, w, q0, cfg)
 
 
 def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, config=None) -> dict:

@@ -68,7 +68,7 @@ def solve_sequence(
         wt = ones if w is None else w[t]
         if prev is None:
             q0 = np.broadcast_to(np.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
-            r = solve_checked(hand, seq[t], wt, q0, config)
+            r = solve_checked(hand, seq[t], wt, q0, config, warm=True)  # one program for every frame
         else:  # an invalid frame returns its start pose: the previous angles
             r = solve_checked(hand, seq[t], wt, prev, warm, warm=True)
         frames.append(r)

@@ -74,7 +74,8 @@ def _problem(hand, ch, y, w, q0, soft):
 def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, warm=False) -> dict:
     """The solver on one flat batch: ``landmarks (B, 21, 3)`` (NaN: missing), ``weights (B, 21)``,
     ``q0 (B, n)`` → a dict of :class:`IKResult` fields with leading axis ``B``. ``warm`` (a bool,
-    traced): ``q0`` is a warm start, used where it fits better than the closed-form start."""
+    traced, or a Python bool): ``q0`` is a warm start, used where it fits better than the closed-form
+    start; a Python ``False`` leaves the comparison out of the program."""
     soft = config.coupling == "soft"
     dtype = landmarks.dtype
     hand = hand.astype(dtype)
@@ -106,9 +107,10 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     qa = analytic_angles(hand, ch, params, q0, R, t, logs, y, w)
     x = Variables(qa, coupled_rows(hand, qa) if soft else empty, R, t, logs)
     # a warm start: keep q0 where it fits better than the closed-form angles
-    x0 = x._replace(q=q0, rot=prob.rot_prior)
-    c0, ca = (cost(hand, v, keypoints(hand, st, params, v, False)[0], prob, config, soft) for v in (x0, x))
-    x = jax.tree_util.tree_map(lambda a, b: jnp.where(warm & (c0 < ca), a, b), x0, x)
+    if warm is not False:  # static False (no warm start): nothing to compare, nothing compiled
+        x0 = x._replace(q=q0, rot=prob.rot_prior)
+        c0, ca = (cost(hand, v, keypoints(hand, st, params, v, False)[0], prob, config, soft) for v in (x0, x))
+        x = jax.tree_util.tree_map(lambda a, b: jnp.where(warm & (c0 < ca), a, b), x0, x)
     x, iters, converged = minimise(hand, st, params, prob, config, x, valid)
 
     # projection onto the limits; frames without enough landmarks keep their start pose
@@ -172,10 +174,11 @@ def default_inputs(hand, lm, weights, q0, xp):
     return weights, q0
 
 
-@jax.jit
-def solve_batch(hand, lm, weights, q0, config, warm=False) -> IKResult:
+@functools.partial(jax.jit, static_argnames=("warm",))
+def solve_batch(hand, lm, weights, q0, config, warm: bool = False) -> IKResult:
     """:func:`_solve_chunked` for any batch shape; defaults made inside the compiled call (a fresh
-    host array costs a transfer per call)."""
+    host array costs a transfer per call). ``warm`` (static) selects one of two programs: without it
+    the warm-start comparison is not compiled."""
     weights, q0 = default_inputs(hand, lm, weights, q0, jnp)
     batch = lm.shape[:-2]
     flat = math.prod(batch)
@@ -185,12 +188,14 @@ def solve_batch(hand, lm, weights, q0, config, warm=False) -> IKResult:
 
 
 @functools.lru_cache(maxsize=16)
-def split_kernel(mesh):
-    """The solver with every device solving its own rows (``shard_map``: no communication)."""
+def split_kernel(mesh, warm: bool = False):
+    """The solver with every device solving its own rows (``shard_map``: no communication);
+    ``warm`` as in :func:`solve_batch`."""
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
-    return jax.jit(jax.shard_map(_solve_chunked, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P()), out_specs=rows,
+    kernel = functools.partial(_solve_chunked, warm=bool(warm))
+    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
                                  check_vma=False))
 
 
@@ -203,7 +208,7 @@ def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
     args = [a.reshape((flat,) + a.shape[len(batch):]) for a in (lm, weights, q0)]
     if pad:
         args = [np.concatenate([a, np.repeat(a[-1:], pad, 0)]) for a in args]
-    out = split_kernel(sharding.mesh)(hand, *jax.device_put(args, sharding), config, np.bool_(warm))
+    out = split_kernel(sharding.mesh, bool(warm))(hand, *jax.device_put(args, sharding), config)
     return IKResult(**{k: v[:flat].reshape(batch + v.shape[1:]) for k, v in out.items()})
 
 
@@ -315,7 +320,7 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
         weights, q0a = default_inputs(hand, lm, weights, q0a, np)
         return _solve_split(hand, lm, weights, q0a, cfg, sharding, warm)
     if traced:
-        return solve_batch(hand, lm, weights, q0a, cfg, jnp.asarray(warm))
+        return solve_batch(hand, lm, weights, q0a, cfg, bool(warm))
     return _solve_bucketed(hand, lm, weights, q0a, cfg, warm)
 
 
@@ -341,7 +346,7 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm) -> IKResult:
         lm = np.concatenate([lm, np.full((pad, 21, 3), np.nan, lm.dtype)])
         weights, q0a = (None if a is None else np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
                         for a in (weights, q0a))
-    return _unpad(solve_batch(hand, lm, weights, q0a, cfg, np.bool_(warm)), flat, batch)
+    return _unpad(solve_batch(hand, lm, weights, q0a, cfg, bool(warm)), flat, batch)
 
 
 @functools.partial(jax.jit, static_argnames=("flat", "batch"))
