@@ -6,7 +6,8 @@
 2. Levenberg–Marquardt (:mod:`.lm`) until every frame has converged, at most ``config.iterations``;
 3. the angles projected onto the limits, the fit, residuals and flags.
 
-Batches larger than :data:`CHUNK_FRAMES` are solved in chunks (each chunk's loop stops on its own),
+Smaller batches are padded to one of a few sizes (:data:`BUCKETS`), so few programs are compiled;
+batches larger than :data:`CHUNK_FRAMES` are solved in chunks (each chunk's loop stops on its own),
 and large batches are split over the local devices (:func:`wuji_jax.devices.split_over_devices`).
 Everything is a pure JAX function of ``(hand, landmarks, weights, q0, config)``: it runs under
 ``jax.jit``, ``vmap`` and ``grad`` (see :mod:`.lm` on derivatives).
@@ -35,7 +36,7 @@ from .lm import Problem, Structure, Variables, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
-           "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES"]
+           "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES", "BUCKETS"]
 
 #: frames solved at a time on one device; bigger batches loop over chunks of this size (the kernel's
 #: arrays stay in the caches, and each chunk's LM loop stops when its own frames have converged)
@@ -324,29 +325,41 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
     return _solve_bucketed(hand, lm, weights, q0a, cfg, warm)
 
 
+#: the batch sizes :func:`solve` compiles for below :data:`CHUNK_FRAMES`: a batch is padded to the first
+#: that holds it. Few sizes mean few compilations (seconds each, once per process without the cache);
+#: the price is at most 8× the work of the batch itself (missing frames do not iterate).
+BUCKETS = (64, 512)
+
+
 def _bucket(frames: int) -> int:
-    """The batch size a flat batch of ``frames`` is padded to: a power of two ≥ 8 up to
-    :data:`CHUNK_FRAMES`, then a multiple of it (one compilation serves many batch sizes)."""
-    if frames > CHUNK_FRAMES:
-        return -(-frames // CHUNK_FRAMES) * CHUNK_FRAMES
-    return max(8, 1 << (frames - 1).bit_length())
+    """The batch size a flat batch of ``frames`` is padded to: the first of :data:`BUCKETS` that holds
+    it, else a multiple of :data:`CHUNK_FRAMES` (solved as that many calls of one program)."""
+    for b in BUCKETS:
+        if frames <= b < CHUNK_FRAMES:
+            return b
+    return -(-frames // CHUNK_FRAMES) * CHUNK_FRAMES
 
 
 def _solve_bucketed(hand, lm, weights, q0a, cfg, warm) -> IKResult:
     """:func:`solve_batch` on numpy inputs padded to :func:`_bucket`'s size with missing frames (which
     are invalid and do not keep the solver's loop running); the padding is dropped from the result.
-    Weights and start pose are made here when not given, so one compilation serves every call."""
+    Weights and start pose are made here when not given, so one compilation serves every call, and
+    batches beyond :data:`CHUNK_FRAMES` are solved a chunk per call (one program for any size)."""
     weights, q0a = default_inputs(hand, lm, weights, q0a, np)
     batch = lm.shape[:-2]
     flat = math.prod(batch)
-    pad = _bucket(flat) - flat
+    size = _bucket(flat)
+    pad = size - flat
     lm = lm.reshape(flat, 21, 3)
-    weights, q0a = (None if a is None else a.reshape((flat,) + a.shape[len(batch):]) for a in (weights, q0a))
+    weights, q0a = (a.reshape((flat,) + a.shape[len(batch):]) for a in (weights, q0a))
     if pad:
         lm = np.concatenate([lm, np.full((pad, 21, 3), np.nan, lm.dtype)])
-        weights, q0a = (None if a is None else np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
-                        for a in (weights, q0a))
-    return _unpad(solve_batch(hand, lm, weights, q0a, cfg, bool(warm)), flat, batch)
+        weights, q0a = (np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)]) for a in (weights, q0a))
+    piece = min(size, CHUNK_FRAMES)
+    outs = [solve_batch(hand, lm[i:i + piece], weights[i:i + piece], q0a[i:i + piece], cfg, bool(warm))
+            for i in range(0, size, piece)]
+    out = outs[0] if len(outs) == 1 else IKResult(*[jnp.concatenate(f) for f in zip(*outs)])
+    return _unpad(out, flat, batch)
 
 
 @functools.partial(jax.jit, static_argnames=("flat", "batch"))
