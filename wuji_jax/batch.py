@@ -1213,6 +1213,6 @@ def _plot(path: Path, sample: list[dict], one_source: bool) -> Path:
     axes[5].grid(alpha=0.3)
     axes[5].set_xlabel("time (s)" if use_t else "frame (output row)", fontsize=9)
     fig.suptitle(f"joint angles and fit residual, {rows.size:,} frames shown", fontsize=11)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.045, top=0.955, hspace=0.12)  # tight_layout: +0.36 s
     fig.savefig(path)
     return path
