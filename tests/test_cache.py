@@ -231,3 +231,49 @@ def test_help_documents_the_options(capsys):
         assert words in out, words
     assert main(["solve", "--help"]) == 0
     assert "--no-cache" in capsys.readouterr().out
+
+
+_PROGRAM_CHILD = r"""
+import json, sys
+import numpy as np
+from wuji_jax.cache import cached_program, enable_compilation_cache
+enable_compilation_cache(sys.argv[1]) if sys.argv[1] != "off" else None
+import jax.numpy as jnp
+traced = []
+def probe(d, x):
+    traced.append(1)  # runs only while JAX traces the function
+    return {"y": jnp.sin(x) * d["a"] + x ** 2}
+args = ({"a": np.float32(2.0)}, np.arange(8, dtype=np.float32))
+out = cached_program(probe, "probe", *args)(*args)
+again = cached_program(probe, "probe", *args)(*args)
+print(json.dumps({"traced": len(traced), "y": np.asarray(out["y"]).tolist(),
+                  "same": bool((np.asarray(again["y"]) == np.asarray(out["y"])).all())}))
+"""
+
+
+def _program_child(env, arg):
+    r = subprocess.run([sys.executable, "-c", _PROGRAM_CHILD, arg], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_traced_programs_are_kept_and_read_back_without_tracing(tmp_path):
+    """cached_program: the first process traces and exports the function once, a later one reads the
+    program back and never traces it; same values; a corrupt file is replaced; off: plain jit."""
+    import numpy as np
+
+    env = _clean_env()
+    want = (np.sin(np.arange(8, dtype=np.float32)) * np.float32(2) + np.arange(8, dtype=np.float32) ** 2).tolist()
+    first = _program_child(env, str(tmp_path / "c"))
+    assert first["traced"] == 1 and first["same"]
+    np.testing.assert_allclose(first["y"], want, rtol=1e-6)
+    files = list((tmp_path / "c" / "programs").glob("probe-*.jaxexport"))
+    assert len(files) == 1
+    second = _program_child(env, str(tmp_path / "c"))
+    assert second["traced"] == 0 and second["y"] == first["y"]
+    files[0].write_bytes(b"not a program")  # damaged: traced again and written anew
+    third = _program_child(env, str(tmp_path / "c"))
+    assert third["traced"] == 1 and third["y"] == first["y"] and files[0].stat().st_size > 100
+    off = _program_child(env, "off")
+    assert off["traced"] == 1 and off["y"] == first["y"]

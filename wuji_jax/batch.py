@@ -102,6 +102,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import io as wio
+from .cache import cached_program
 from .geometry import matrix_to_quaternion
 from .solver.config import FLAG_NAMES
 
@@ -318,14 +319,6 @@ class _Chunk:
         self.n += m
 
 
-@functools.lru_cache(maxsize=None)
-def _jitted(fn):
-    """``jax.jit(fn)``, made once (the jitted solver rows for every chunk and run in a process)."""
-    import jax
-
-    return jax.jit(fn)
-
-
 _USED: set = set()  # kernels run in this process (see _Kernel.first_use)
 
 
@@ -396,7 +389,8 @@ class _Kernel:
         outs = []
         for s in range(0, padded, self.batch):
             xs = self.put(x[s:s + self.batch], self.rows)
-            o = _jitted(solve_rows)(hand, xs, self.ones, q0, self.cfg)
+            args = (hand, xs, self.ones, q0, self.cfg)
+            o = cached_program(solve_rows, "solve_rows", *args)(*args)
             if inspire:
                 o["inspire"] = _to_inspire_kernel(hand, o["angles"], None)
             outs.append(o)
@@ -738,6 +732,8 @@ def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
                   check_units, fps, plot, keep_parts, max_frames, dtype, t_start) -> dict[str, Any]:
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock."""
+    if plot:  # matplotlib loads (~0.6 s) while the frames are read and solved, not after
+        threading.Thread(target=_import_matplotlib, name="wuji_jax-import-matplotlib", daemon=True).start()
     identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     _remove_stale_temporaries(out)
@@ -1186,6 +1182,15 @@ def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequen
             "residual_valid": np.concatenate(residual) if residual else np.zeros(0), "sample": sample}
 
 
+def _import_matplotlib() -> None:
+    try:
+        from .viz import _mpl
+
+        _mpl()
+    except ImportError:  # said by _plot, in the run's notes
+        pass
+
+
 def _plot(path: Path, sample: list[dict], one_source: bool) -> Path:
     """Angles over time (five finger panels, degrees) and the residual, from the strided sample."""
     from .viz import _mpl
@@ -1214,5 +1219,5 @@ def _plot(path: Path, sample: list[dict], one_source: bool) -> Path:
     axes[5].set_xlabel("time (s)" if use_t else "frame (output row)", fontsize=9)
     fig.suptitle(f"joint angles and fit residual, {rows.size:,} frames shown", fontsize=11)
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.045, top=0.955, hspace=0.12)  # tight_layout: +0.36 s
-    fig.savefig(path)
+    fig.savefig(path, pil_kwargs={"compress_level": 1})  # PNG level 6: +0.2 s for a few % of size
     return path

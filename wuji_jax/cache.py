@@ -44,16 +44,26 @@ compile in under a second). The folder is fixed when JAX first compiles after it
 does not move a cache that is already in use.
 
 As JAX warns, the cache is trusted code: do not point it at a folder others can write to.
+
+Traced programs too: a process whose program is in the cache still traces and lowers it from Python
+(about 2.5 s for the solver on a 2-core CPU) to compute the cache key. :func:`cached_program` keeps
+the lowered program as well (``jax.export``, public API) in ``<folder>/programs``, under a key of the
+function, the argument structure, shapes, dtypes and shardings, the jax/jaxlib versions and a digest
+of wuji_jax's own source files, so a later process reads it back (tens of ms) instead of tracing.
+The dataset runner (``wuji-jax solve``) uses it.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
-__all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir"]
+__all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir", "cached_program"]
 
 #: environment variables read by :func:`enable_compilation_cache`
 ENV_DIR = "WUJI_JAX_CACHE_DIR"
@@ -128,3 +138,71 @@ def _warn_once(folder: str, why: str) -> None:
         _warned.add(folder)
         warnings.warn(f"wuji_jax: no compilation cache: cannot use {folder} ({why}); set {ENV_DIR} to a "
                       f"writable folder, or {ENV_OFF}=1 to silence this", RuntimeWarning, stacklevel=3)
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """SHA-256 of wuji_jax's own source files (a changed solver never reads an old program)."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+_programs: dict[str, object] = {}  # key → jitted call of the program, per process
+
+
+def cached_program(fn, name: str, *args):
+    """``fn`` as a jitted callable for arguments shaped like ``args`` (the same pytree structure,
+    shapes, dtypes and shardings), its traced program kept in the compilation cache folder.
+
+    With the cache off (:func:`compilation_cache_dir` None) this is ``jax.jit(fn)``. Otherwise the
+    program is exported (``jax.export``) on first use and read back by later processes, which then
+    skip Python tracing and lowering; the compiled executable comes from JAX's persistent cache as
+    usual. A program that cannot be exported or read back falls back to ``jax.jit(fn)``.
+    """
+    import jax
+
+    folder = compilation_cache_dir()
+    if folder is None:
+        return jax.jit(fn)
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)) for x in leaves]
+    from importlib import metadata
+
+    ident = repr((name, getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""), str(tree),
+                  [(s.shape, str(s.dtype), str(s.sharding)) for s in specs], jax.__version__,
+                  metadata.version("jaxlib"), bool(jax.config.jax_enable_x64),
+                  [(d.platform, d.device_kind) for d in jax.devices()], _source_digest()))
+    key = f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:40]}"
+    if key in _programs:
+        return _programs[key]
+
+    def flat(*xs):
+        return fn(*jax.tree_util.tree_unflatten(tree, xs))
+
+    path = Path(folder) / "programs" / f"{key}.jaxexport"
+    exported = None
+    try:
+        if path.is_file():
+            exported = jax.export.deserialize(bytearray(path.read_bytes()))
+    except Exception:  # unreadable or from an incompatible jax: trace again and replace it
+        exported = None
+    try:
+        if exported is None:
+            exported = jax.export.export(jax.jit(flat))(*specs)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+                f.write(exported.serialize())
+            os.replace(f.name, path)
+        def program(*a):
+            return exported.call(*jax.tree_util.tree_leaves(a))
+
+        program.__name__ = program.__qualname__ = name  # names the compiled program (jit_<name>)
+        call = jax.jit(program)
+    except Exception:  # a program jax.export does not support: plain jit
+        call = jax.jit(fn)
+    _programs[key] = call
+    return call
