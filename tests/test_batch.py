@@ -110,24 +110,13 @@ def test_outputs_readable_with_expected_columns(tmp_path, world):
 
 def test_kernel_compiles_once_for_any_length(tmp_path, world):
     """The dataset runner's kernel has one shape: files of any length compile nothing new."""
-    import logging
-
-    import jax
+    from compile_log import compiles
 
     batch.solve_dataset(_npy(tmp_path / "a.npy", world[:40]), tmp_path / "a.npz", **FAST)
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles():
-            for n in (1, 64, 65, 200):
-                s = batch.solve_dataset(_npy(tmp_path / f"b{n}.npy", world[:n]), tmp_path / f"b{n}.npz", **FAST)
-                assert s["frames"] == n
-    finally:
-        logger.removeHandler(handler)
-    compiled = [r.getMessage() for r in records if "Compiling" in r.getMessage()]
+    with compiles() as compiled:
+        for n in (1, 64, 65, 200):
+            s = batch.solve_dataset(_npy(tmp_path / f"b{n}.npy", world[:n]), tmp_path / f"b{n}.npz", **FAST)
+            assert s["frames"] == n
     assert not compiled, compiled
 
 

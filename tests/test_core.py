@@ -103,19 +103,11 @@ def test_changing_numbers_does_not_recompile(right):
     """Iterations, tolerances and weights are traced: a second config compiles nothing."""
     y = np.stack([reference_keypoints(x) for x in np.full((3, 20), 0.3)])
     wj.solve(right, y, iterations=5)
-    with jax.log_compiles():
-        import logging
+    from compile_log import compiles
 
-        records = []
-        handler = logging.Handler()
-        handler.emit = records.append
-        logger = logging.getLogger("jax")
-        logger.addHandler(handler)
-        try:
-            wj.solve(right, y, iterations=7, tolerance=1e-3, prior_weight=1e-3, estimate_scale=False)
-        finally:
-            logger.removeHandler(handler)
-    assert not [r for r in records if "Compiling" in r.getMessage()], [r.getMessage() for r in records]
+    with compiles() as compiled:
+        wj.solve(right, y, iterations=7, tolerance=1e-3, prior_weight=1e-3, estimate_scale=False)
+    assert not compiled, compiled
 
 
 def test_package_uses_public_jax_only():
