@@ -50,7 +50,7 @@ Traced programs too: a process whose program is in the cache still traces and lo
 the lowered program as well (``jax.export``, public API) in ``<folder>/programs``, under a key of the
 function, the argument structure, shapes, dtypes and shardings, the jax/jaxlib versions and a digest
 of wuji_jax's own source files, so a later process reads it back (tens of ms) instead of tracing.
-The dataset runner (``wuji-jax solve``) uses it.
+:func:`wuji_jax.solve` and the dataset runner (``wuji-jax solve``) use it.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
-_programs: dict[str, object] = {}  # key → jitted call of the program, per process
+_programs: dict = {}  # key (or the function, with the cache off) → its jitted call, per process
 
 
 def cached_program(fn, name: str, *args):
@@ -167,7 +167,7 @@ def cached_program(fn, name: str, *args):
 
     folder = compilation_cache_dir()
     if folder is None:
-        return jax.jit(fn)
+        return _programs.setdefault(fn, jax.jit(fn))
     leaves, tree = jax.tree_util.tree_flatten(args)
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)) for x in leaves]
     from importlib import metadata
@@ -193,10 +193,7 @@ def cached_program(fn, name: str, *args):
     try:
         if exported is None:
             exported = jax.export.export(jax.jit(flat))(*specs)
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
-                f.write(exported.serialize())
-            os.replace(f.name, path)
+            _write(path, exported.serialize())
         def program(*a):
             return exported.call(*jax.tree_util.tree_leaves(a))
 
@@ -206,3 +203,17 @@ def cached_program(fn, name: str, *args):
         call = jax.jit(fn)
     _programs[key] = call
     return call
+
+
+def _write(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary file in the same folder (no half-written program is
+    ever read; a failed write leaves nothing behind)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import geometry as geo
+from ..cache import cached_program
 from ..chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles
 from ..devices import split_over_devices
 from ..kinematics import check_angles
@@ -356,10 +357,21 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm) -> IKResult:
         lm = np.concatenate([lm, np.full((pad, 21, 3), np.nan, lm.dtype)])
         weights, q0a = (np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)]) for a in (weights, q0a))
     piece = min(size, CHUNK_FRAMES)
-    outs = [solve_batch(hand, lm[i:i + piece], weights[i:i + piece], q0a[i:i + piece], cfg, bool(warm))
-            for i in range(0, size, piece)]
+    outs = []
+    for i in range(0, size, piece):
+        args = (hand, lm[i:i + piece], weights[i:i + piece], q0a[i:i + piece], cfg)
+        # the traced program is kept with the compilation cache when that is on (enable_compilation_cache)
+        outs.append(cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *args)(*args))
     out = outs[0] if len(outs) == 1 else IKResult(*[jnp.concatenate(f) for f in zip(*outs)])
     return _unpad(out, flat, batch)
+
+
+def _solve_cold(hand, lm, weights, q0, config) -> IKResult:
+    return solve_batch(hand, lm, weights, q0, config, False)
+
+
+def _solve_warm(hand, lm, weights, q0, config) -> IKResult:
+    return solve_batch(hand, lm, weights, q0, config, True)
 
 
 @functools.partial(jax.jit, static_argnames=("flat", "batch"))

@@ -143,3 +143,7 @@ class IKResult(NamedTuple):
     iterations: jax.Array
     flags: jax.Array
     cost: jax.Array
+
+
+# jax.export keeps programs returning an IKResult (wuji_jax.cache.cached_program)
+jax.export.register_namedtuple_serialization(IKResult, serialized_name="wuji_jax.IKResult")
