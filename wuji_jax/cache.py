@@ -164,6 +164,7 @@ def cached_program(fn, name: str, *args):
     usual. A program that cannot be exported or read back falls back to ``jax.jit(fn)``.
     """
     import jax
+    import jax.export  # a submodule: not an attribute of jax until imported (jax 0.6)
 
     folder = compilation_cache_dir()
     if folder is None:

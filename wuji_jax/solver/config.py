@@ -6,6 +6,7 @@ import dataclasses
 from typing import NamedTuple
 
 import jax
+import jax.export  # a submodule: not an attribute of jax until imported (jax 0.6)
 import numpy as np
 
 __all__ = [
