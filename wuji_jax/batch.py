@@ -162,7 +162,7 @@ class _Progress:
     def compiling(self):
         """Say that the solver is being compiled (before the first chunk's results)."""
         if self.enabled:
-            line = ("compiling the solver (first use on this machine: ~20-60 s; later runs load it from "
+            line = ("compiling the solver (first use on this machine: ~10-30 s; later runs load it from "
                     "the cache)...")
             self.stream.write(("\r" + line.ljust(78)) if self.tty else line + "\n")
             self.stream.flush()
