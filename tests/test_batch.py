@@ -376,3 +376,21 @@ def test_cli_solve_bundled_sample(tmp_path, monkeypatch, capsys):
 def test_cli_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"wuji-jax {wj.__version__}"
+
+
+def test_cli_help_states_the_solver_default_and_version_needs_no_jax(capsys):
+    """``solve --help`` prints SolverConfig's real default iterations; ``--version`` answers without
+    loading JAX (the default is read only when a help text is printed)."""
+    import subprocess
+    import sys
+
+    try:
+        assert main(["solve", "--help"]) == 0
+    except SystemExit as e:  # argparse's own exit after printing the help
+        assert e.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default: the solver's, {wj.SolverConfig().iterations})" in text
+    code = ("import sys; from wuji_jax.cli import main; main(['--version']); "
+            "print('jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "False", out.stdout

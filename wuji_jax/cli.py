@@ -111,10 +111,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"unexpected {type(e).__name__}: {e}", 1)
 
 
-def _default_iterations() -> int:
-    from .solver.config import SolverConfig
+class _SolverDefault:
+    """A :class:`SolverConfig` default, read when a help text is printed (the solver imports JAX,
+    which ``--version`` or ``pose --list`` need not wait for); used as ``%(solver_default)s``."""
 
-    return SolverConfig().iterations
+    def __init__(self, field: str):
+        self.field = field
+
+    def __str__(self) -> str:
+        from .solver.config import SolverConfig
+
+        return str(getattr(SolverConfig(), self.field))
 
 
 def _start_jax(args) -> None:
@@ -388,8 +395,8 @@ def _solve_parser(sub) -> None:
                    help="frames per chunk, the unit of memory use and of resumption (default: 4096)")
     p.add_argument("--no-resume", action="store_true", help="start over instead of reusing finished chunks")
     p.add_argument("--iterations", type=int, default=None, metavar="N",
-                   help=f"most Levenberg-Marquardt iterations per frame; a frame stops earlier once converged "
-                        f"(default: the solver's, {_default_iterations()})")
+                   help="most Levenberg-Marquardt iterations per frame; a frame stops earlier once converged "
+                        "(default: the solver's, %(solver_default)s)").solver_default = _SolverDefault("iterations")
     p.add_argument("--format", choices=_SOLVE_FORMATS, default=None,
                    help="output format when -o has no extension (default: parquet, npz without pyarrow)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
