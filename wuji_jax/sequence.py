@@ -74,7 +74,8 @@ def solve_sequence(
         frames.append(r)
         prev = np.where(np.asarray(r.valid)[..., None], np.asarray(r.angles), prev if prev is not None
                         else np.asarray(r.angles))
-    stacked = IKResult(*[jnp.stack(f, axis=lm.ndim - 3) for f in zip(*frames)])
+    # stacked on the host: jnp.stack of T arrays compiles a T-operand program per field and length
+    stacked = IKResult(*[jnp.asarray(np.stack([np.asarray(x) for x in f], axis=lm.ndim - 3)) for f in zip(*frames)])
     if filter is None:
         return stacked
     if filter != "one_euro":
