@@ -168,7 +168,9 @@ def cached_program(fn, name: str, *args):
 
     folder = compilation_cache_dir()
     if folder is None:
-        return _programs.setdefault(fn, jax.jit(fn))
+        if fn not in _programs:
+            _programs[fn] = jax.jit(fn)
+        return _programs[fn]
     leaves, tree = jax.tree_util.tree_flatten(args)
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)) for x in leaves]
     from importlib import metadata
