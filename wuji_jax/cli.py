@@ -446,10 +446,6 @@ def _solve_output(args) -> Path:
 
 
 def _run_solve(args) -> int:
-    if getattr(args, "ray", None) is not None:  # on a Ray cluster
-        from .ray_cluster import run_solve_cli
-
-        return run_solve_cli(args)
     if args.chunk_size < 1:
         raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}")
     if args.iterations is not None and args.iterations < 1:
@@ -458,6 +454,10 @@ def _run_solve(args) -> int:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
     if args.max_frames is not None and args.max_frames < 1:
         raise UsageError(f"--max-frames must be >= 1, got {args.max_frames}")
+    if getattr(args, "ray", None) is not None:  # on a Ray cluster
+        from .ray_cluster import run_solve_cli
+
+        return run_solve_cli(args)
     out = _solve_output(args)
 
     from . import io as wio

@@ -600,17 +600,10 @@ def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, setting
 
 def run_solve_cli(args) -> int:
     """``wuji-jax solve ... --ray [ADDRESS]``: :func:`solve_dataset_ray` with the ``solve`` verb's parsed
-    arguments and its report (called by :func:`wuji_jax.cli._run_solve`); returns the exit status."""
+    arguments and its report (called by :func:`wuji_jax.cli._run_solve` after the option checks they
+    share); returns the exit status."""
     from .cli import PROG, UsageError, _one_line, _solve_output
 
-    if args.chunk_size < 1:
-        raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}")
-    if args.iterations is not None and args.iterations < 1:
-        raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
-    if args.fps is not None and not args.fps > 0:
-        raise UsageError(f"--fps must be > 0, got {args.fps}")
-    if args.max_frames is not None and args.max_frames < 1:
-        raise UsageError(f"--max-frames must be >= 1, got {args.max_frames}")
     address = args.ray.strip()
     if not address:
         raise UsageError("--ray: empty address (give none for a local cluster, 'auto', or HOST:PORT)")
