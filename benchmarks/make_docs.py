@@ -77,6 +77,7 @@ SCRIPTS = {
     "core": "bench_core.py",
     "vs_dexi": "bench_vs_dexi.py",
     "pipeline": "bench_pipeline.py",
+    "parquet_rss": "bench_parquet_rss.py",
     "robustness": "robustness.py",
     "robustness-quick": "robustness.py",
     "robustness-partial": "robustness.py",
@@ -93,7 +94,7 @@ SCRIPTS = {
 }
 #: the result files written in the current layout by scripts of the current solver; the others in
 #: ``results/`` (ik, gpu, batch, latency, and ``-partial`` robustness runs) are left out
-CURRENT_FORMAT = ("core", "vs_dexi", "pipeline", "robustness", "robustness-quick", "ray", "fk", "vs_dexret")
+CURRENT_FORMAT = ("core", "vs_dexi", "pipeline", "parquet_rss", "robustness", "robustness-quick", "ray", "fk", "vs_dexret")
 #: results without a recorded commit count only when measured after this commit: "Default iterations 12"
 #: (the solver's current defaults, after the core rebuild d6f9a4d)
 SOLVER_SINCE = "264bd76"
@@ -548,6 +549,23 @@ def sec_pipeline(book: Results, detail: bool) -> str:
     return "\n\n".join(out)
 
 
+def sec_parquet_rss(book: Results, detail: bool) -> str:
+    out = ["**Reading a big Parquet file**: `wuji_jax.io.iter_chunks` streams a landmark table (the chunks "
+           "`wuji-jax solve` reads) in a fresh process; peak RSS of that process."]
+    for r in book.of("parquet_rss"):
+        g = lambda k: get(r, f"result.{k}", book)  # noqa: E731
+        out.append(book.cite(r))
+        out.append(table(["file", "frames", "row groups × columns", "read s", "RSS after import MiB",
+                          "peak RSS MiB (MB)", "target MB"], [[
+            f"{f_(g('file_mib'), ',.0f')} MiB", count(g("frames")),
+            f"{g('row_groups')} × {g('columns')}", secs(g("seconds")), f_(g("rss_after_import_mib"), ",.0f"),
+            f"{f_(g('peak_rss_mib'), ',.0f')} ({f_(g('peak_rss_mb'), ',.0f')})", f_(g("target_mb"), ",.0f")]]))
+        out.append(f"Reader: {g('reader')}.")
+    if len(out) == 1:
+        out.append(book.absent(["parquet_rss"], "bench_parquet_rss.py"))
+    return "\n\n".join(out)
+
+
 def sec_robustness(book: Results, detail: bool) -> str:
     out = ["**Robustness**: hostile frames through `wj.solve`, malformed files through the CLI."]
     for r in book.of("robustness", "robustness-quick"):
@@ -740,7 +758,8 @@ def bench_region(book: Results) -> str:
         "names its file, script and machine); the same figures, shorter, are the README's \"Numbers\". After a "
         "benchmark run: `PYTHONPATH=. python benchmarks/make_docs.py --tables-only`.",
         h(sec_first_answer(book, True)), h(sec_accuracy(book, True)), h(sec_speed(book, True)),
-        h(sec_vs_dexi(book, True)), h(sec_pipeline(book, True)), h(sec_robustness(book, True)),
+        h(sec_vs_dexi(book, True)), h(sec_pipeline(book, True)), h(sec_parquet_rss(book, True)),
+        h(sec_robustness(book, True)),
         h(sec_ray(book, True)), h(sec_fk(book, True)), h(sec_vs_dexret(book, True)), h(sec_status(book)),
     ]
     return "\n\n".join(p for p in parts if p)

@@ -545,6 +545,37 @@ def test_parquet_is_streamed_by_batches_without_prebuffering(tmp_path, monkeypat
     assert "comment" not in read[0]["columns"] and len(read[0]["columns"]) == 64
 
 
+def test_parquet_streaming_reads_values_without_pandas(tmp_path):
+    """The streaming reader converts columns from their buffers: ``Array.to_numpy`` imports pandas
+    (~50 MiB of RSS). Sliced batches, nulls (NaN), integer columns and dictionary handedness."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    w = _hand(10)
+    cols = dict(zip(io.LANDMARK_COLUMNS, w.reshape(10, 63).T))
+    cols["x0"] = pa.array([None if i == 3 else v for i, v in enumerate(w[:, 0, 0])], pa.float64())
+    cols["y0"] = pa.array(np.arange(10) - 4, pa.int16())
+    cols["timestamp"] = np.arange(10) / 30.0
+    cols["handedness"] = pa.array(["Right", "Left", None, "Right", "Right"] * 2).dictionary_encode()
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table(cols), path, row_group_size=4)
+    code = ("import sys, json, numpy as np\n"
+            "from wuji_jax import io\n"
+            "rec = io.load_landmarks(sys.argv[1])\n"
+            "chunks = list(io.iter_chunks(sys.argv[1], chunk_size=3))\n"
+            "print(json.dumps({'pandas': 'pandas' in sys.modules, 'hands': list(map(str, rec.handedness)),\n"
+            "  'x0': [None if np.isnan(v) else v for v in rec.world[:, 0, 0].tolist()],\n"
+            "  'y0': rec.world[:, 0, 1].tolist(), 'z20': np.concatenate([c[:, 20, 2] for _, c, _ in chunks]).tolist()}))")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["pandas"] is False
+    assert got["x0"] == [None if i == 3 else float(v) for i, v in enumerate(w[:, 0, 0])]
+    assert got["y0"] == [float(i - 4) for i in range(10)]
+    assert got["z20"] == w[:, 20, 2].tolist()
+    assert got["hands"] == ["Right", "Left", "", "Right", "Right"] * 2
+
+
 def _long_csv_field(n):
     return lambda p: p.write_text(_HEADER + "\n" + "1" * n + _ROW[4:] + "\n")
 

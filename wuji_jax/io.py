@@ -791,7 +791,7 @@ def _arrow_hands(col, pa) -> np.ndarray:
     if pa.types.is_dictionary(col.type):
         labels = [_hand_label(v) if isinstance(v, str) and len(v) < 16 else ""
                   for v in col.dictionary.to_pylist()] + [""]
-        ix = col.indices.fill_null(len(labels) - 1).to_numpy(zero_copy_only=False)
+        ix = _arrow_values(col.indices, pa.int64(), np.int64, len(labels) - 1)
         return np.asarray(labels, dtype="<U5")[ix]
     return np.asarray([_hand_label(v) for v in col.to_pylist()], dtype="<U5")
 
@@ -802,7 +802,21 @@ def _arrow_float(col, path: Path, name: str) -> np.ndarray:
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
         raise _err(path, f"column '{name}' has type {col.type}, not numbers; landmark columns must "
                          "hold numbers")
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+    return _arrow_values(col, pa.float64(), np.float64, float("nan"))
+
+
+def _arrow_values(col, arrow_type, dtype, fill) -> np.ndarray:
+    """``col`` as a NumPy array of ``dtype`` (nulls → ``fill``), read from its values buffer:
+    ``Array.to_numpy`` imports pandas where it is installed (~50 MiB of RSS for a streaming read)."""
+    import pyarrow.compute as pc
+
+    col = pc.cast(col, arrow_type, safe=False)
+    validity, values = col.buffers()[:2]
+    out = np.frombuffer(values, dtype, count=len(col), offset=col.offset * np.dtype(dtype).itemsize).copy()
+    if col.null_count:  # (fill_null would import pandas too, through pa.scalar)
+        bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
+        out[bits[col.offset:col.offset + len(col)] == 0] = fill
+    return out
 
 
 def _h5_get(f, key: str, path: Path, h5py):
