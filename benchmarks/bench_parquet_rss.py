@@ -81,7 +81,7 @@ def main() -> None:
 
         res.update(file_mib=size / 2**20, rows=md.num_rows, row_groups=md.num_row_groups, columns=md.num_columns,
                    peak_rss_mb=res["peak_rss_mib"] * 2**20 / 1e6, target_mb=300,
-                   reader="wuji_jax.io.iter_chunks (pyarrow iter_batches, pre_buffer=False, 64 KiB buffers, values read from the Arrow buffers: no pandas import)")
+                   reader="wuji_jax.io.iter_chunks (pyarrow iter_batches, pre_buffer=False, one thread, 64 KiB buffers, values read from the Arrow buffers: no pandas import)")
         print(write_json("parquet_rss", {"benchmark": "parquet_rss", "result": res, "hardware": hardware_info(),
                                          "versions": versions("pyarrow")}))
     finally:

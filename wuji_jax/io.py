@@ -738,7 +738,8 @@ _PARQUET_BUFFER = 1 << 16
 def _read_parquet(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
     # Bounded memory: no pre-buffering (which reads whole row groups, ~1.2x the file for a file of
     # one or two row groups), no memory map, a small buffered stream per column, only the columns
-    # used, and row batches of `chunk` rows converted to NumPy and dropped.
+    # used, one decoding thread (threads hold pages of several batches: ~10 MiB more on a 1 GB file),
+    # and row batches of `chunk` rows converted to NumPy and dropped.
     pa = _need("pyarrow", path)
     pq = _need("pyarrow.parquet", path)
     opts = dict(pre_buffer=False, memory_map=False, buffer_size=_PARQUET_BUFFER)
@@ -768,7 +769,7 @@ def _read_parquet(path: Path, chunk: int, max_frames: int | None) -> Iterator[di
         # read as dictionary: a repeated long label stays one string instead of one per row
         pf = pq.ParquetFile(path, read_dictionary=[hand], **opts)
     start = 0
-    for batch in pf.iter_batches(batch_size=chunk, columns=used):
+    for batch in pf.iter_batches(batch_size=chunk, columns=used, use_threads=False):
         m = batch.num_rows
         if max_frames is not None and start + m > max_frames:  # the metadata said otherwise
             raise _too_many(path, max_frames, f"row {start + m}")
