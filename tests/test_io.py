@@ -57,6 +57,35 @@ def test_round_trip_every_format(tmp_path, ext):
     assert any("1 of 9 frames" in n for n in rec.notes)
 
 
+@pytest.mark.parametrize("ext", FORMATS)
+def test_reading_from_a_frame_on_equals_the_full_read(tmp_path, ext):
+    """The dataset runners start a block's read at its frame (npy, npz, HDF5 and Parquet from the row
+    group holding it; CSV and JSONL drop the frames before it): same chunks, starts and timestamps."""
+    w = _hand(23)
+    w[9] = np.nan
+    path = io.write_landmarks(tmp_path / f"rec{ext}", w, np.arange(23) / 30.0)
+    if ext == ".parquet":  # row groups of 5: the skip lands inside a group, the chunks span groups
+        pq = pytest.importorskip("pyarrow.parquet")
+        pq.write_table(pq.read_table(path), path, row_group_size=5)
+    full = list(io.iter_chunks(path, chunk_size=4))
+    for skip in (4, 8, 12, 20):
+        got = list(io._source_chunks(path, 4, None, io.MAX_FRAMES, {}, skip))
+        want = [c for c in full if c[0] >= skip]
+        assert [g[0] for g in got] == [c[0] for c in want], skip
+        for (_, a, ta), (_, b, tb) in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(ta, tb)
+
+
+def test_skip_rows_recuts_chunks_after_the_dropped_rows():
+    chunks = [{"world": np.arange(n0, n1)[:, None, None] * np.ones((1, 21, 3)), "score": np.arange(n0, n1) * 1.0}
+              for n0, n1 in ((0, 3), (3, 7), (7, 8), (8, 15))]
+    got = list(io._skip_rows(iter(chunks), 5, 4))
+    assert [g["score"].tolist() for g in got] == [[5, 6, 7, 8], [9, 10, 11, 12], [13, 14]]
+    assert all(g["world"][:, 0, 0].tolist() == g["score"].tolist() for g in got)
+    assert list(io._skip_rows(iter(chunks), 15, 4)) == []
+
+
 @pytest.mark.parametrize("ext", [".npz", ".csv", ".jsonl", ".parquet"])
 def test_round_trip_keeps_handedness_and_score(tmp_path, ext):
     w = _hand(4)

@@ -1,10 +1,12 @@
 """wuji_jax.ray_cluster: the dataset table solved on a Ray cluster equals solve_dataset's.
 
 One local cluster (``ray.init(num_cpus=2)``) serves the library tests; a two-node cluster on localhost
-(``ray start --head`` + ``ray start --address``, in their own sessions, stopped by signalling those
-sessions) serves the command-line test. Every run uses chunks of 64, blocks of 128 frames and 5
-LM iterations, and the single-machine reference the same on one device, so the tables must be equal
-value for value. The workers share one compilation cache folder: only the first worker compiles.
+(``ray start --head`` + ``ray start --address``, one CPU each, in their own sessions, stopped by
+signalling those sessions) serves the command-line test. Every run uses chunks of 64, blocks of 128
+frames and 5 LM iterations, and the single-machine reference the same on as many CPU devices as a
+worker holds (one, or two where the local cluster's default worker takes both CPUs), so the tables
+must be equal value for value. The workers share one compilation cache folder: only the first worker
+compiles.
 """
 
 import importlib.util
@@ -56,6 +58,28 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def ref2(data):
+    """The reference on two CPU devices (``solve_dataset(devices=2)``, in a process of two CPU devices,
+    its program left in the workers' cache folder)."""
+    out = Path(data["ref"]).with_name("reference2.parquet")
+    code = ("import json, sys, wuji_jax as wj\n"
+            "from wuji_jax.batch import solve_dataset\n"
+            "wj.enable_compilation_cache(sys.argv[1])\n"
+            "s = solve_dataset(json.loads(sys.argv[2]), sys.argv[3], devices=2, on_error='skip', progress=False,\n"
+            "                  chunk_size=64, iterations=5, plot=False)\n"
+            "print(json.dumps(s))")
+    import jax
+
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES="2", JAX_PLATFORMS="cpu", WUJI_JAX_NO_CACHE="0",
+               JAX_ENABLE_X64="1" if jax.config.jax_enable_x64 else "0",  # the dtype of this process's runs
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code, data["cache"], json.dumps(data["files"]), str(out)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {"ref": out, "summary": json.loads(r.stdout.strip().splitlines()[-1])}
+
+
+@pytest.fixture(scope="module")
 def cluster():
     import ray
 
@@ -93,19 +117,24 @@ def _same_summary(s, ref):
 def _solve(cluster, data, out, **kw):
     from wuji_jax.ray_cluster import solve_dataset_ray
 
+    kw.setdefault("cpus_per_worker", 1)  # two workers of one CPU device: the one-device reference
     return solve_dataset_ray(data["files"], out, block_size=128, progress=False,
                              compilation_cache=data["cache"], **SETTINGS, **kw)
 
 
 @needs_ray
-def test_ray_table_equals_solve_dataset(cluster, data, tmp_path):
+def test_ray_table_equals_solve_dataset(cluster, data, ref2, tmp_path):
+    """By default a worker holds a node's CPUs (here one worker, both CPUs as two JAX devices): the
+    table equals solve_dataset's on two devices, bit for bit."""
     out = tmp_path / "angles.parquet"
-    s = _solve(cluster, data, out)
-    _same_table(out, data["ref"])
-    _same_summary(s, data["summary"])
+    s = _solve(cluster, data, out, cpus_per_worker=None)
+    _same_table(out, ref2["ref"])
+    _same_summary(s, ref2["summary"])
     assert len(s["errors"]) == 1 and s["errors"][0].startswith(data["files"][1])
     assert s["solved_frames"] == GOOD_FRAMES and s["resumed_frames"] == 0
     assert s["ray"]["blocks"] == 3 + 1 + 2 + 1 and s["ray"]["nodes"] == 1
+    assert s["ray"]["workers"] == 1 and s["ray"]["cpus_per_worker"] == 2
+    assert len(s["devices"]) == 1 and s["devices"][0].endswith("cpu:0,cpu:1")
     on_disk = json.loads((tmp_path / "angles_summary.json").read_text())
     assert on_disk["errors"] == s["errors"] and on_disk["frames"] == GOOD_FRAMES
     assert not (tmp_path / "angles.parquet.parts").exists()
@@ -267,3 +296,13 @@ def test_cli_without_ray_says_how_to_install(tmp_path):
 def test_cli_ray_refuses_an_input_file_as_its_address(tmp_path, capsys):
     assert main(["solve", "--ray", str(sample_landmarks_path()), "-o", str(tmp_path / "o.parquet")]) == 2
     assert "--ray=ADDRESS" in capsys.readouterr().err
+
+
+def test_cli_cpus_per_worker_needs_ray(tmp_path, capsys):
+    assert main(["solve", str(sample_landmarks_path()), "-o", str(tmp_path / "o.parquet"),
+                 "--cpus-per-worker", "2"]) == 2
+    assert "only with --ray" in capsys.readouterr().err
+    assert main(["solve", str(sample_landmarks_path()), "-o", str(tmp_path / "o.parquet"), "--cpus-per-worker",
+                 "0", "--ray=auto"]) == 2
+    assert "must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "o.parquet").exists()

@@ -1013,9 +1013,13 @@ class _FileError(Exception):
 
 
 def _read_file(src: Any, name: str, chunk_size: int, fps: float | None,
-               max_frames: int | None = wio.MAX_FRAMES) -> Iterator[tuple]:
-    """:func:`wuji_jax.io.iter_chunks` of one file, its reading errors turned into :class:`_FileError`."""
-    it = wio.iter_chunks(src, chunk_size, fps=fps, max_frames=max_frames)
+               max_frames: int | None = wio.MAX_FRAMES, skip: int = 0) -> Iterator[tuple]:
+    """:func:`wuji_jax.io.iter_chunks` of one file (from its frame ``skip`` on, a multiple of
+    ``chunk_size``), its reading errors turned into :class:`_FileError`."""
+    if skip:
+        it = wio._source_chunks(src, chunk_size, fps, wio._max_frames(max_frames), {}, skip)
+    else:
+        it = wio.iter_chunks(src, chunk_size, fps=fps, max_frames=max_frames)
     while True:
         try:
             item = next(it)

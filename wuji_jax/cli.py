@@ -415,6 +415,9 @@ def _solve_parser(sub) -> None:
                         "on every node): no ADDRESS starts a local one, 'auto' or HOST:PORT joins one. Bad files "
                         "are always reported and skipped. Write it after the inputs or as --ray=ADDRESS. "
                         "Python: wuji_jax.ray_cluster.solve_dataset_ray")
+    p.add_argument("--cpus-per-worker", type=int, default=None, metavar="N",
+                   help="with --ray: CPUs (JAX CPU devices) each Ray worker holds (default: those of the "
+                        "cluster's smallest node, one worker per node)")
     p.set_defaults(run=_run_solve)
 
 
@@ -454,6 +457,9 @@ def _run_solve(args) -> int:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
     if args.max_frames is not None and args.max_frames < 1:
         raise UsageError(f"--max-frames must be >= 1, got {args.max_frames}")
+    if args.cpus_per_worker is not None and (args.ray is None or args.cpus_per_worker < 1):
+        raise UsageError(f"--cpus-per-worker {args.cpus_per_worker}: "
+                         + ("must be >= 1" if args.ray is not None else "only with --ray (a Ray cluster's workers)"))
     if getattr(args, "ray", None) is not None:  # on a Ray cluster
         from .ray_cluster import run_solve_cli
 

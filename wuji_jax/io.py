@@ -372,7 +372,7 @@ def _landmark_array(a: np.ndarray, path: Path, what: str = "array") -> np.ndarra
     return a.reshape(_check_shape(a.shape, path, what))
 
 
-def _read_npy(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+def _read_npy(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> Iterator[dict]:
     try:
         a = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
@@ -385,7 +385,7 @@ def _read_npy(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
     a = _landmark_array(a, path)
     # memory-mapped: the file's size already backs the declared count (np.load checks it)
     _check_declared(path, "the array", a.shape[0], 0, None, max_frames)
-    for s in range(0, a.shape[0], chunk):
+    for s in range(skip, a.shape[0], chunk):
         yield {"world": np.array(a[s:s + chunk], dtype=np.float64)}
 
 
@@ -407,7 +407,7 @@ def _npy_header(zf, info) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(int(x) for x in shape), np.dtype(dtype)
 
 
-def _read_npz(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+def _read_npz(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> Iterator[dict]:
     # npz members are zip entries: loaded whole (use .npy, Parquet, CSV or HDF5 for huge files), after
     # their .npy headers are checked against max_frames and against the bytes the zip stores.
     import zipfile
@@ -516,7 +516,7 @@ def _read_npz(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
         meta["fps"] = float(arrays["fps"])
     if "notes" in arrays:
         meta["notes"] = tuple(str(s) for s in arrays["notes"].tolist())
-    for s in range(0, max(n, 1), chunk):
+    for s in range(skip, max(n, 1), chunk):
         out = {"world": np.asarray(world[s:s + chunk], np.float64)}
         for k, v in extra.items():
             out[k] = v[s:s + chunk]
@@ -735,7 +735,7 @@ def _need(module: str, path: Path):
 _PARQUET_BUFFER = 1 << 16
 
 
-def _read_parquet(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+def _read_parquet(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> Iterator[dict]:
     # Bounded memory: no pre-buffering (which reads whole row groups, ~1.2x the file for a file of
     # one or two row groups), no memory map, a small buffered stream per column, only the columns
     # used, one decoding thread (threads hold pages of several batches: ~10 MiB more on a 1 GB file),
@@ -768,8 +768,50 @@ def _read_parquet(path: Path, chunk: int, max_frames: int | None) -> Iterator[di
                              or pa.types.is_large_string(pf.schema_arrow.field(hand).type)):
         # read as dictionary: a repeated long label stays one string instead of one per row
         pf = pq.ParquetFile(path, read_dictionary=[hand], **opts)
-    start = 0
-    for batch in pf.iter_batches(batch_size=chunk, columns=used, use_threads=False):
+    # from the row group holding frame `skip` (the rows before it in that group are dropped below)
+    first, start = 0, 0
+    while first < md.num_row_groups and start + md.row_group(first).num_rows <= skip:
+        start += md.row_group(first).num_rows
+        first += 1
+    if first == md.num_row_groups:
+        return
+    yield from _skip_rows(_parquet_batches(pf, path, chunk, used, wanted, opt, pa, first, start, max_frames),
+                          skip - start, chunk)
+
+
+def _skip_rows(chunks: Iterator[dict], drop: int, chunk: int) -> Iterator[dict]:
+    """``chunks`` (dicts of arrays, one row per frame) without their first ``drop`` rows, cut again
+    into pieces of ``chunk`` rows counted from the first row kept (non-row entries such as ``meta``
+    are dropped with the rows)."""
+    if drop == 0:
+        yield from chunks
+        return
+    pending: list[dict] = []
+    have = 0
+    for c in chunks:
+        c = {k: v for k, v in c.items() if k != "meta"}
+        n = len(c["world"])
+        if drop >= n:
+            drop -= n
+            continue
+        if drop:
+            c = {k: v[drop:] for k, v in c.items()}
+            drop = 0
+        pending.append(c)
+        have += len(c["world"])
+        while have >= chunk:
+            merged = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+            yield {k: v[:chunk] for k, v in merged.items()}
+            pending = [{k: v[chunk:] for k, v in merged.items()}]
+            have -= chunk
+    if have:
+        yield {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+
+
+def _parquet_batches(pf, path: Path, chunk: int, used: list, wanted: list, opt: dict, pa, first: int, start: int,
+                     max_frames: int | None) -> Iterator[dict]:
+    groups = list(range(first, pf.metadata.num_row_groups))
+    for batch in pf.iter_batches(batch_size=chunk, row_groups=groups, columns=used, use_threads=False):
         m = batch.num_rows
         if max_frames is not None and start + m > max_frames:  # the metadata said otherwise
             raise _too_many(path, max_frames, f"row {start + m}")
@@ -847,7 +889,7 @@ def _h5_get(f, key: str, path: Path, h5py):
     return d
 
 
-def _read_h5(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+def _read_h5(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> Iterator[dict]:
     h5py = _need("h5py", path)
     try:
         f = h5py.File(path, "r")
@@ -889,7 +931,7 @@ def _read_h5(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
         span = chunk
         if d.chunks is not None and d.ndim == 3 and d.chunks[0] > chunk:
             span = -(-d.chunks[0] // chunk) * chunk
-        for s0 in range(0, n, span):
+        for s0 in range(skip, n, span):
             try:
                 w = np.asarray(d[s0:s0 + span] if d.ndim == 3 else d[()],
                                np.float64).reshape(-1, NUM_LANDMARKS, 3)
@@ -925,7 +967,13 @@ def _read_video(path: Path, chunk: int, video_options: Mapping[str, Any]) -> Ite
 
 
 def _reader(path: Any, chunk: int, video_options: Mapping[str, Any],
-            max_frames: int | None = None) -> Iterator[dict]:
+            max_frames: int | None = None, skip: int = 0) -> Iterator[dict]:
+    """The raw chunks of one source from frame ``skip`` on (a multiple of ``chunk``): the formats
+    whose readers can start there (``.npy``, ``.npz``, Parquet from the row group holding it, HDF5)
+    do; the others are read from the start and the frames before it dropped."""
+    if skip and (isinstance(path, int) or Path(path).is_dir()
+                 or Path(path).suffix.lower() in VIDEO_EXTENSIONS + IMAGE_EXTENSIONS):
+        return _skip_rows(_reader(path, chunk, video_options, max_frames), skip, chunk)
     if max_frames is not None and max_frames != MAX_FRAMES and "max_frames" not in video_options:
         # videos: a max_frames the caller set stops the extraction there, as it always did when it
         # reached wuji_jax.video.extract_landmarks through **video_options (the default is not
@@ -948,10 +996,12 @@ def _reader(path: Any, chunk: int, video_options: Mapping[str, Any],
         raise _err(path, "the file is empty (0 bytes); export it again")
     if ext in VIDEO_EXTENSIONS or ext in IMAGE_EXTENSIONS:
         return _read_video(path, chunk, video_options)
-    fn = {".npy": _read_npy, ".npz": _read_npz, ".csv": _read_csv, ".jsonl": _read_jsonl,
-          ".ndjson": _read_jsonl, ".parquet": _read_parquet, ".pq": _read_parquet, ".h5": _read_h5,
-          ".hdf5": _read_h5}[ext]
-    return fn(path, chunk, max_frames)
+    seek = {".npy": _read_npy, ".npz": _read_npz, ".parquet": _read_parquet, ".pq": _read_parquet, ".h5": _read_h5,
+            ".hdf5": _read_h5}
+    if ext in seek:
+        return seek[ext](path, chunk, max_frames, skip)
+    fn = {".csv": _read_csv, ".jsonl": _read_jsonl, ".ndjson": _read_jsonl}[ext]
+    return _skip_rows(fn(path, chunk, max_frames), skip, chunk)
 
 
 def _guard(path: Any, chunks: Iterator[dict]) -> Iterator[dict]:
@@ -985,9 +1035,10 @@ def _unreadable(path: Any, n: int, e: BaseException) -> str:
 
 
 def _frames(src: Any, chunk: int, video_options: Mapping[str, Any], fps: float | None,
-            max_frames: int | None) -> Iterator[dict]:
-    """One source's checked chunks; for data files every failure is the one-line ``ValueError``."""
-    chunks = _checked(src, _reader(src, chunk, video_options, max_frames), fps, max_frames)
+            max_frames: int | None, skip: int = 0) -> Iterator[dict]:
+    """One source's checked chunks (from frame ``skip`` on, see :func:`_reader`); for data files every
+    failure is the one-line ``ValueError``."""
+    chunks = _checked(src, _reader(src, chunk, video_options, max_frames, skip), fps, max_frames, skip)
     if isinstance(src, int) or Path(src).suffix.lower() not in DATA_EXTENSIONS:
         return chunks  # videos and image folders: wuji_jax.video's own errors
     return _guard(src, chunks)
@@ -1027,10 +1078,10 @@ def degenerate_frames(landmarks: Any) -> np.ndarray:
 
 
 def _checked(path: Any, chunks: Iterator[dict], fps: float | None,
-             max_frames: int | None = None) -> Iterator[dict]:
+             max_frames: int | None = None, first: int = 0) -> Iterator[dict]:
     """Shape checks, inf → NaN, flags (missing, degenerate), timestamps that must not go backwards,
-    at least one frame, at most ``max_frames``."""
-    start = 0
+    at least one frame, at most ``max_frames``; the chunks start at frame ``first`` of the source."""
+    start = first
     last_t = -math.inf
     for c in chunks:
         w = np.array(c["world"], dtype=np.float64)  # a private copy: never a view of a memmap
@@ -1089,11 +1140,19 @@ def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None
     max_frames = _max_frames(max_frames)
     offset = 0
     for src in _expand(source):
-        for c in _frames(src, chunk_size, video_options, fps, max_frames):
-            n = c["world"].shape[0]
-            t = c.get("timestamps")
-            yield offset + c["start"], c["world"], (np.full(n, np.nan) if t is None else t)
-        offset += c["start"] + n
+        for start, world, t in _source_chunks(src, chunk_size, fps, max_frames, video_options):
+            yield offset + start, world, t
+        offset = offset + start + world.shape[0]
+
+
+def _source_chunks(src: Any, chunk_size: int, fps: float | None, max_frames: int | None,
+                   video_options: Mapping[str, Any], skip: int = 0) -> Iterator[tuple]:
+    """:func:`iter_chunks` of one source from its frame ``skip`` on (a multiple of ``chunk_size``;
+    the formats that can, start reading there: see :func:`_reader`)."""
+    for c in _frames(src, chunk_size, video_options, fps, max_frames, skip):
+        n = c["world"].shape[0]
+        t = c.get("timestamps")
+        yield c["start"], c["world"], (np.full(n, np.nan) if t is None else t)
 
 
 def load_landmarks(sources: Any, *, fps: float | None = None, on_error: str = "raise",

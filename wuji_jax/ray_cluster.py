@@ -13,19 +13,23 @@ How a run is laid out
 * The files are cut into *blocks*: a file whose frame count its header gives (``.npy``, ``.npz``,
   Parquet, HDF5) is split into blocks of ``block_size`` frames (default 16 chunks), any other file
   (CSV, JSONL, a video) is one block. The blocks form a :class:`ray.data.Dataset` of one row each,
-  ``map_batches``'d by an actor pool of :class:`_BlockSolver` (one worker per CPU, or per GPU when the
-  cluster has GPUs, each holding one CPU or GPU). A worker sets its JAX to one device (CPU: one CPU
-  device), turns on the persistent compilation cache and compiles the solver once when it starts;
+  ``map_batches``'d by an actor pool of :class:`_BlockSolver`: on CPUs one worker per node by default,
+  holding the node's CPUs (``cpus_per_worker``, default the smallest node's CPU count) as that many
+  JAX CPU devices, exactly as ``wuji-jax solve`` uses a machine; on GPUs one worker per GPU. A
+  worker turns on the persistent compilation cache and compiles the solver once when it starts;
   workers on one machine share the cache folder: the first compiles while the others wait (a file
   lock), then they all load its program from the cache.
-* A worker reads its block with :func:`wuji_jax.io.iter_chunks` (every format ``wuji-jax solve``
-  reads) from the start of the file, in chunks of ``chunk_size``: a block in the middle of a file
-  decides the side (``side="auto"``) and the unit check from the file's first chunks, exactly as
-  the single-machine run, and skips the chunks before it without solving them. Each chunk is solved
-  by :class:`wuji_jax.batch._Kernel` with the same ``batch_size``, solver settings and dtype as
-  :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole batches), so every frame's
-  values equal the single-machine run's on the same device type (bit for bit on CPU: a frame's
-  result does not depend on the frames solved beside it).
+* A worker reads its block with the readers of :func:`wuji_jax.io.iter_chunks` (every format
+  ``wuji-jax solve`` reads), in chunks of ``chunk_size`` counted from the file's start: a block in
+  the middle of a file decides the side (``side="auto"``) and the unit check from the file's first
+  chunks, exactly as the single-machine run, then starts reading one chunk before the block (the
+  timestamps' order is checked across its start): ``.npy``, ``.npz`` and HDF5 at that frame,
+  Parquet at the row group holding it; CSV and JSONL (one block per file anyway) from the start.
+  Each chunk is solved by :class:`wuji_jax.batch._Kernel` with the same ``batch_size``, solver
+  settings and dtype as :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole
+  batches), so every frame's values equal the single-machine run's on as many devices of the same
+  type (``solve_dataset(devices=cpus_per_worker)`` on CPU, bit for bit: a frame's result does not
+  depend on the frames solved beside it).
 * The finished block comes back to the driver as one row (the part, as bytes) and the driver writes
   it to ``<out>.parts/chunk_<file>_<start>.npz`` (a temporary name, then renamed); so only the
   driver writes the output, and the inputs must be readable at the same path on every node (a shared
@@ -119,10 +123,11 @@ class _BlockSolver:
 
         from .devices import jax_started
 
+        k = 1 if gpu else int(settings["cpu_devices"])
         if not jax_started():
             if not gpu:
                 jax.config.update("jax_platforms", "cpu")
-            jax.config.update("jax_num_cpu_devices", 1)
+            jax.config.update("jax_num_cpu_devices", k)
         jax.config.update("jax_enable_x64", settings["dtype"] == "float64")
         folder = None
         if cache is not None:
@@ -132,19 +137,23 @@ class _BlockSolver:
             if explicit:  # a folder named by the caller beats an inherited WUJI_JAX_NO_CACHE
                 os.environ.pop(ENV_OFF, None)
             folder = enable_compilation_cache(where)
-        device = jax.devices()[0]
+        devices = jax.devices()[:k]
+        device = devices[0]
         if gpu and device.platform == "cpu":
             raise RuntimeError("a GPU worker's JAX finds no GPU: install JAX with GPU support on the "
                                "workers (pip install 'jax[cuda12]') or run on CPUs (use_gpu=False)")
+        if len(devices) < k:
+            raise RuntimeError(f"a worker's JAX has {len(devices)} CPU device(s), not cpus_per_worker={k}: "
+                               "it was started before the worker could set jax_num_cpu_devices")
         self.s = settings
         self.config = settings["config"]
         self.dtype = np.dtype(settings["dtype"])
-        self.kernel = _batch._Kernel(self.config, [device], settings["batch_size"], self.dtype)
-        self.worker = f"{socket.gethostname()}:{os.getpid()} {device}"
+        self.kernel = _batch._Kernel(self.config, devices, settings["batch_size"], self.dtype)
+        self.worker = f"{socket.gethostname()}:{os.getpid()} " + ",".join(map(str, devices))
         self.crash_once = crash_once
-        self._warm_up(folder, device)
+        self._warm_up(folder, device, len(devices))
 
-    def _warm_up(self, folder: str | None, device) -> None:
+    def _warm_up(self, folder: str | None, device, n_devices: int) -> None:
         """Compile the kernel (or load it from the cache) before the first block. Where the cache is
         on, the first worker of a machine to start compiles while the others wait (a file lock in the
         cache folder), then marks the program compiled; the others, and every later worker, find the
@@ -167,7 +176,8 @@ class _BlockSolver:
             return
         from . import __version__
 
-        key = hashlib.sha256(repr((__version__, jax.__version__, device.platform, device.device_kind, s["batch_size"],
+        key = hashlib.sha256(repr((__version__, jax.__version__, device.platform, device.device_kind, n_devices,
+                                   s["batch_size"],
                                    self.dtype.name, side, s["inspire"], self.config.static(),
                                    os.environ.get("XLA_FLAGS", ""))).encode()).hexdigest()[:16]
         mark = Path(folder) / f".wuji_jax_ray_{key}.compiled"
@@ -217,19 +227,37 @@ class _BlockSolver:
                     Path(self.crash_once).touch()  # tests: this worker dies once, mid-block
                     os._exit(1)
 
-        try:
-            checked = not s["check_units"]
-            for local, world, t in _batch._Prefetch(
-                    _batch._read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"])):
-                if side is None:
-                    side = _batch._file_side(s["side"], world, name, meta["notes"])
-                if not checked and np.isfinite(world).all(axis=(1, 2)).any():
-                    from .landmarks import unit_problem
+        checked = not s["check_units"]
 
-                    problem = unit_problem(world)
-                    if problem:
-                        raise _batch._FileError(f"{name}: {problem} (or pass check_units=False)")
-                    checked = True
+        def decide(world):  # the side and the unit check, from the file's first chunks
+            nonlocal side, checked
+            if side is None:
+                side = _batch._file_side(s["side"], world, name, meta["notes"])
+            if not checked and np.isfinite(world).all(axis=(1, 2)).any():
+                from .landmarks import unit_problem
+
+                problem = unit_problem(world)
+                if problem:
+                    raise _batch._FileError(f"{name}: {problem} (or pass check_units=False)")
+                checked = True
+
+        try:
+            # a block further in: its file's head decides, then reading starts one chunk before the block
+            # (which checks the timestamps' order across the block's start); formats that cannot start
+            # there are read from the start (io._reader)
+            skip = max(start - s["chunk_size"], 0)
+            if skip:
+                head = _batch._read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"])
+                for local, world, _ in head:
+                    if local >= skip:
+                        break
+                    decide(world)
+                    if side is not None and checked:
+                        break
+                head.close()
+            for local, world, t in _batch._Prefetch(
+                    _batch._read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"], skip)):
+                decide(world)
                 m = world.shape[0]
                 if local + m <= start:  # before this block: read for the side and unit check only
                     continue
@@ -296,6 +324,20 @@ def _cache_setting(compilation_cache: Any) -> tuple | None:
     return (compilation_cache_dir(), False)
 
 
+def _cpus_per_worker(ray, asked: int | None) -> int:
+    """The CPUs (JAX CPU devices) of a CPU worker: ``asked``, or those of the smallest node."""
+    sizes = [int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    sizes = [c for c in sizes if c > 0] or [1]
+    if asked is None:
+        return min(sizes)
+    if isinstance(asked, bool) or int(asked) < 1:
+        raise ValueError(f"cpus_per_worker must be >= 1, got {asked!r}")
+    if int(asked) > max(sizes):
+        raise ValueError(f"cpus_per_worker={asked}: no node of the cluster has that many CPUs (the largest has "
+                         f"{max(sizes)}); a worker's CPUs must be on one node")
+    return int(asked)
+
+
 def _connect(ray, address: str | None, progress: bool) -> bool:
     """Join or start a cluster; True when this call started Ray (and so shuts it down)."""
     if ray.is_initialized():
@@ -329,6 +371,7 @@ def solve_dataset_ray(
     *,
     address: str | None = None,
     workers: int | None = None,
+    cpus_per_worker: int | None = None,
     use_gpu: bool | None = None,
     block_size: int | None = None,
     on_error: str = "skip",
@@ -354,8 +397,14 @@ def solve_dataset_ray(
             one; ``"local"`` starts a new local cluster; ``"auto"``, ``"HOST:PORT"`` or
             ``"ray://HOST:10001"`` joins that cluster. A cluster this call started is shut down at
             the end.
-        workers: actors solving blocks (default: one per CPU of the cluster, or one per GPU; more than
-            the cluster holds wait for nodes to join, e.g. from an autoscaler).
+        workers: actors solving blocks (default: the cluster's CPUs divided by ``cpus_per_worker``, or
+            one per GPU; more than the cluster holds wait for nodes to join, e.g. from an autoscaler).
+        cpus_per_worker: CPU workers: the CPUs each worker holds, given to its JAX as that many CPU
+            devices over which every kernel batch is split, as ``wuji-jax solve`` does on one machine
+            (the table then equals :func:`~wuji_jax.batch.solve_dataset`'s with
+            ``devices=cpus_per_worker``). Default: the CPUs of the cluster's smallest node, so a worker
+            on a machine solves as the command line does there (one process per node: one JAX
+            runtime, one program in memory). 1: a worker per CPU.
         use_gpu: one GPU per worker (default: when the cluster has GPUs; JAX with GPU support
             must be installed on the workers).
         block_size: frames per block, the unit of work, of progress and of resumption (rounded up
@@ -371,7 +420,7 @@ def solve_dataset_ray(
     Returns:
         the summary dict of :func:`~wuji_jax.batch.solve_dataset` (also written to
         ``<stem>_summary.json``), whose ``devices`` lists the workers that solved blocks, plus
-        ``ray``: ``{"address", "nodes", "workers", "use_gpu", "blocks", "block_size"}``.
+        ``ray``: ``{"address", "nodes", "workers", "cpus_per_worker", "use_gpu", "blocks", "block_size"}``.
 
     Raises:
         ImportError: Ray (with Ray Data) is not installed.
@@ -415,12 +464,13 @@ def solve_dataset_ray(
         gpu = gpus > 0 if use_gpu is None else bool(use_gpu)
         if gpu and not gpus:
             raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
+        k = 1 if gpu else _cpus_per_worker(ray, cpus_per_worker)
         if batch_size is None:
             batch_size = min(chunk_size, _batch._CPU_BATCH) if not gpu else chunk_size
-        batch_size = max(int(batch_size), 1)
+        batch_size = -(-max(int(batch_size), 1) // k) * k  # a multiple of the worker's devices
         if workers is None:
-            workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)), 1)
-        run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "gpu": gpu,
+            workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)) // k, 1)
+        run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "gpu": gpu, "cpus": k,
                "workers": int(workers), "cache": cache, "crash_once": None if _crash_once is None
                else str(_crash_once), "address": address}
         with _batch._OutputLock(out):
@@ -436,7 +486,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     """:func:`solve_dataset_ray` once its arguments are checked, Ray runs and the output is locked."""
     config, dtype, batch_size, gpu = run["config"], run["dtype"], run["batch_size"], run["gpu"]
     identity = _batch._identity(files, chunk_size, side, config, inspire, check_units, fps, dtype,
-                                [_Device("gpu" if gpu else "cpu")], batch_size)
+                                [_Device("gpu" if gpu else "cpu")] * run["cpus"], batch_size)
     identity.update(runner=_RUNNER, block_size=block_size, max_frames=max_frames)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     _batch._remove_stale_temporaries(out)
@@ -486,7 +536,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
             for meta in _run_blocks(ray, files, todo, n_workers, gpu, {
                     "config": config, "dtype": dtype, "batch_size": batch_size, "side": side,
                     "chunk_size": chunk_size, "inspire": inspire, "check_units": check_units, "fps": fps,
-                    "max_frames": max_frames, "digest": digest}, run, progress):
+                    "max_frames": max_frames, "digest": digest, "cpu_devices": run["cpus"]}, run, progress):
                 u = meta["unit"]
                 blob = meta.pop("part")
                 if meta["error"]:
@@ -558,7 +608,8 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
         "iterations": int(config.iterations), "output": str(out),
         "plot": None if plot_path is None else str(plot_path),
         "summary": str(out.with_name(out.stem + "_summary.json")),
-        "ray": {"address": address, "nodes": nodes, "workers": n_workers, "use_gpu": gpu,
+        "ray": {"address": address, "nodes": nodes, "workers": n_workers,
+                "cpus_per_worker": None if gpu else run["cpus"], "use_gpu": gpu,
                 "blocks": len(blocks), "block_size": block_size},
     }
     _batch._atomic_json(Path(summary["summary"]), summary)
@@ -584,7 +635,7 @@ def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, setting
             # one block at a time per worker: a block is many seconds of work, so a queue in front of
             # a busy worker would only leave another one idle at the end
             compute=rd.ActorPoolStrategy(size=n_workers, max_tasks_in_flight_per_actor=1),
-            num_cpus=1, num_gpus=1 if gpu else None,
+            num_cpus=1 if gpu else run["cpus"], num_gpus=1 if gpu else None,
             fn_constructor_kwargs={"settings": settings, "cache": run["cache"], "gpu": gpu,
                                    "crash_once": run["crash_once"]})
         for row in ds.iter_rows():
@@ -621,6 +672,7 @@ def run_solve_cli(args) -> int:
             print(f"no INPUT given: solving the bundled sample {inputs[0]}")
     s = solve_dataset_ray(inputs, out, side=args.side, chunk_size=args.chunk_size, resume=not args.no_resume,
                           progress=not args.quiet, iterations=args.iterations, address=address,
+                          cpus_per_worker=args.cpus_per_worker,
                           on_error="skip", fps=args.fps, plot=not args.no_plot,
                           check_units=not args.no_unit_check,
                           max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames,
