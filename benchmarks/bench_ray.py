@@ -1,5 +1,6 @@
-"""Frames per second of ``wuji_jax.ray_cluster.solve_dataset_ray`` on a local Ray cluster (1 and 2
-workers) against the single-process command line on the same data.
+"""Frames per second of ``wuji_jax.ray_cluster.solve_dataset_ray`` on a local Ray cluster (its default:
+one worker holding the machine's CPUs; and one worker per CPU) against the single-process command line
+on the same data.
 
 1. The synthetic dataset of ``benchmarks/bench_batch.py`` (``--frames``, default 10⁶: random angles
    within the limits → FK → a random similarity + 1 mm noise, 0.5 % NaN frames), float32 ``.npy``,
@@ -11,9 +12,10 @@ workers) against the single-process command line on the same data.
 
    * ``cli``: ``python -m wuji_jax --cache-dir <workdir>/xla solve big.npy -o cli.parquet --no-plot
      --quiet`` (one process; the CLI gives JAX one CPU device per core and shards each batch);
-   * ``ray_<k>``: a driver that starts a local cluster (``ray.init(address="local")``) and calls
-     ``solve_dataset_ray(big.npy, ray_<k>.parquet, workers=k)``; it also reports the cluster's
-     start-up and the solve alone.
+   * ``ray_<layout>``: a driver that starts a local cluster (``ray.init(address="local")``) and calls
+     ``solve_dataset_ray(big.npy, ray_<layout>.parquet)`` with the layout's ``workers`` and
+     ``cpus_per_worker`` (``default``: neither given; ``WxC``: W workers of C CPUs); it also reports
+     the cluster's start-up and the solve alone.
 
    ``overhead_vs_cli`` = (cli frames/s) / (ray frames/s) - 1: positive when Ray is slower (medians
    over ``--repeats`` rounds, each round running every configuration once). The load average
@@ -23,7 +25,7 @@ workers) against the single-process command line on the same data.
 Writes ``benchmarks/results/ray_<device-kind>.json`` (``ray_<frames>_<device-kind>.json`` when
 ``--frames`` is not 10⁶).
 
-    PYTHONPATH=. python benchmarks/bench_ray.py [--frames 1000000] [--workers 1,2] [--chunk-size 4096]
+    PYTHONPATH=. python benchmarks/bench_ray.py [--frames 1000000] [--layouts default,2x1] [--chunk-size 4096]
         [--iterations N] [--repeats 1] [--workdir DIR]
 """
 
@@ -54,7 +56,8 @@ from wuji_jax.ray_cluster import solve_dataset_ray
 args = json.loads(sys.argv[1])
 ray.init(address="local", include_dashboard=False, log_to_driver=False)
 t1 = time.perf_counter()
-s = solve_dataset_ray(args["data"], args["out"], workers=args["workers"], chunk_size=args["chunk_size"],
+s = solve_dataset_ray(args["data"], args["out"], workers=args["workers"], cpus_per_worker=args["cpus"],
+                      chunk_size=args["chunk_size"],
                       iterations=args["iterations"], compilation_cache=args["cache"], plot=False,
                       progress=False, resume=False)
 t2 = time.perf_counter()
@@ -96,14 +99,24 @@ def _cli(data: Path, out: Path, cache: Path, args) -> dict:
             "load_before": before, "load_after": _load()}
 
 
-def _ray(data: Path, out: Path, cache: Path, workers: int, args) -> dict:
-    spec = {"data": str(data), "out": str(out), "workers": workers, "chunk_size": args.chunk_size,
+def _layout(text: str) -> tuple[int | None, int | None]:
+    """``default`` → (None, None); ``WxC`` → (W workers, C CPUs each)."""
+    if text == "default":
+        return None, None
+    w, c = text.lower().split("x")
+    return int(w), int(c)
+
+
+def _ray(data: Path, out: Path, cache: Path, layout: str, args) -> dict:
+    workers, cpus = _layout(layout)
+    spec = {"data": str(data), "out": str(out), "workers": workers, "cpus": cpus, "chunk_size": args.chunk_size,
             "iterations": args.iterations, "cache": str(cache)}
     before = _load()
-    wall, stdout = _run([sys.executable, "-c", _DRIVER, json.dumps(spec)], f"Ray with {workers} worker(s)")
+    wall, stdout = _run([sys.executable, "-c", _DRIVER, json.dumps(spec)], f"Ray, layout {layout}")
     got = json.loads(stdout.strip().splitlines()[-1])
     s = got["summary"]
-    return {"workers": workers, "wall_s": wall, "frames": s["frames"], "frames_per_s": s["frames"] / wall,
+    return {"layout": layout, "workers": s["ray"]["workers"], "cpus_per_worker": s["ray"].get("cpus_per_worker"),
+            "wall_s": wall, "frames": s["frames"], "frames_per_s": s["frames"] / wall,
             "cluster_start_s": got["cluster_start_s"], "solve_s": got["solve_s"],
             "solve_frames_per_s": s["frames"] / got["solve_s"], "blocks": s["ray"]["blocks"],
             "block_size": s["ray"]["block_size"], "batch_size": s["batch_size"], "devices": s["devices"],
@@ -111,8 +124,8 @@ def _ray(data: Path, out: Path, cache: Path, workers: int, args) -> dict:
 
 
 def _max_diff(a: Path, b: Path) -> dict:
-    """How far two tables' angles are apart (the CLI shards each batch over 2 CPU devices; a Ray
-    worker has one: equal to float rounding, not necessarily bit for bit)."""
+    """How far two tables' angles are apart: bit for bit where a Ray worker holds as many CPU devices
+    as the CLI uses (the default on one machine), float rounding otherwise (one device per worker)."""
     import pyarrow.parquet as pq
 
     from wuji_jax.model import load_hand
@@ -129,7 +142,9 @@ def _max_diff(a: Path, b: Path) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=float, default=1e6, help="frames in the synthetic dataset (default 1e6)")
-    ap.add_argument("--workers", default="1,2", help="Ray worker counts to time (default 1,2)")
+    ap.add_argument("--layouts", default="default,2x1",
+                    help="Ray layouts to time: 'default' (solve_dataset_ray's: one worker per node holding its CPUs) "
+                         "or WxC (W workers of C CPUs); default: default,2x1")
     ap.add_argument("--chunk-size", type=int, default=4096)
     ap.add_argument("--iterations", type=int, default=None, help="LM iterations (default: the solver's)")
     ap.add_argument("--workdir", default=None, help="dataset, outputs and the compilation cache (default: temp)")
@@ -155,19 +170,20 @@ def main(argv=None) -> dict:
     print("warm-up (compiles into the cache) ...", flush=True)
     t = time.perf_counter()
     _cli(small, work / "warm_cli.parquet", cache, args)
-    _ray(small, work / "warm_ray.parquet", cache, 1, args)
+    counts = [x.strip() for x in args.layouts.split(",")]
+    for k in counts:
+        _ray(small, work / "warm_ray.parquet", cache, k, args)
     warm = time.perf_counter() - t
 
-    counts = [int(x) for x in args.workers.split(",")]
     clis: list[dict] = []
-    rays: dict[int, list[dict]] = {k: [] for k in counts}
+    rays: dict[str, list[dict]] = {k: [] for k in counts}
     for rep in range(args.repeats):  # interleaved, so that a change of the machine's load hits all alike
         print(f"[{rep + 1}/{args.repeats}] cli on {frames:,} frames ...", flush=True)
         c = _cli(data, work / "cli.parquet", cache, args)
         clis.append(c)
         print(f"  {c['frames_per_s']:,.0f} frames/s ({c['wall_s']:.1f} s)", flush=True)
         for k in counts:
-            print(f"[{rep + 1}/{args.repeats}] ray, {k} worker(s) ...", flush=True)
+            print(f"[{rep + 1}/{args.repeats}] ray, layout {k} ...", flush=True)
             r = _ray(data, work / f"ray_{k}.parquet", cache, k, args)
             rays[k].append(r)
             print(f"  {r['frames_per_s']:,.0f} frames/s ({r['wall_s']:.1f} s; cluster start "
@@ -176,8 +192,10 @@ def main(argv=None) -> dict:
     runs = []
     for k in counts:
         fps = statistics.median(r["frames_per_s"] for r in rays[k])
-        runs.append({"workers": k, "frames_per_s": fps, "overhead_vs_cli": cli_fps / fps - 1, "runs": rays[k]})
-        print(f"ray, {k} worker(s): {fps:,.0f} frames/s, overhead vs the CLI's {cli_fps:,.0f} frames/s: "
+        runs.append({"layout": k, "workers": rays[k][0]["workers"], "cpus_per_worker": rays[k][0]["cpus_per_worker"],
+                     "frames_per_s": fps, "overhead_vs_cli": cli_fps / fps - 1, "runs": rays[k]})
+        print(f"ray, layout {k} ({rays[k][0]['workers']} worker(s) x {rays[k][0]['cpus_per_worker']} CPU(s)): "
+              f"{fps:,.0f} frames/s, overhead vs the CLI's {cli_fps:,.0f} frames/s: "
               f"{100 * (cli_fps / fps - 1):+.1f} %", flush=True)
     cli = {"frames_per_s": cli_fps, "runs": clis}
 
@@ -190,7 +208,7 @@ def main(argv=None) -> dict:
                      "processes, warm compilation cache, Parquet out, no plot)",
         "frames": frames, "chunk_size": args.chunk_size, "iterations": args.iterations,
         "warmup_s": warm, "cli": cli, "ray": runs,
-        "ray_vs_cli_table": _max_diff(work / "cli.parquet", work / f"ray_{runs[-1]['workers']}.parquet"),
+        "ray_vs_cli_table": {k: _max_diff(work / "cli.parquet", work / f"ray_{k}.parquet") for k in counts},
         "hardware": hardware_info(), "versions": versions("ray", "pyarrow", "jax", "jaxlib", "numpy"),
         "wuji_jax": wuji_jax.__version__,
     }
