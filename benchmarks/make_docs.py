@@ -622,19 +622,28 @@ def _scalars(node: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 
 
 def sec_ray(book: Results, detail: bool) -> str:
-    out = ["**Ray** (`benchmarks/bench_ray.py`)."]
+    out = ["**Ray** (`benchmarks/bench_ray.py`): `solve_dataset_ray` on a local cluster of this machine against "
+           "the single-process `wuji-jax solve` on the same frames, each a fresh process from start-up to "
+           "summary (warm compilation cache, Parquet out, no plot)."]
     for r in book.of("ray"):
-        out.append(book.cite(r))
-        rows = []
-        for k, v in _scalars(r.data):
-            if isinstance(v, bool):
-                s = yes(v)
-            elif isinstance(v, (int, float)):
-                s = f"{v:,}" if isinstance(v, int) else f"{v:,.4g}"
-            else:
-                s = str(v)
-            rows.append([f"`{k}`", s])
-        out.append(table(["key", "value"], rows))
+        g = lambda k: get(r, k, book)  # noqa: E731
+        cli = g("cli") or {}
+        cli_runs = cli.get("runs") or [{}]
+        out.append(book.cite(r, f", {count(g('frames'))} frames"))
+        rows = [["`wuji-jax solve` (one process, a CPU device per core)", DASH, secs(cli_runs[0].get("wall_s")),
+                 rate(cli.get("frames_per_s")), DASH, DASH]]
+        same = g("ray_vs_cli_table") or {}
+        for x in g("ray") or []:
+            runs = x.get("runs") or [{}]
+            label = x.get("layout", x.get("workers"))
+            eq = same.get(str(label), {}) if isinstance(same, dict) else {}
+            rows.append([f"Ray, {'default layout' if label == 'default' else f'layout {label}'}",
+                         f"{x.get('workers')} × {x.get('cpus_per_worker') or 1}", secs(runs[0].get("wall_s")),
+                         rate(x.get("frames_per_s")), f"{100 * x['overhead_vs_cli']:+.1f} %"
+                         if isinstance(x.get("overhead_vs_cli"), (int, float)) else DASH,
+                         yes(eq.get("bitwise_equal")) if "bitwise_equal" in eq else DASH])
+        out.append(table(["run", "workers × CPUs", "wall s", "frames/s", "overhead vs the CLI",
+                          "table bit-identical to the CLI's"], rows))
     if len(out) == 1:
         return ""  # no ray results: the section is left out
     return "\n\n".join(out)

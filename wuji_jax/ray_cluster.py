@@ -53,16 +53,14 @@ Progress is Ray Data's own progress bar (blocks done).
 
 Costs
 -----
-A block in the middle of a file is reached by reading the file from its start (about 1.2 million
-frames/s for ``.npy``; 10⁶ frames in 16 blocks read about 8·10⁶ frames in all, a few seconds of CPU
-next to minutes of solving). Ray itself costs a few seconds to start a local cluster and a few
-more to start the workers (a process each: Python, JAX, the program from the cache). On one machine
-it does not beat the plain command line: ``benchmarks/bench_ray.py`` on 10⁶ frames and 2 shared
-cores measured 14.8k frames/s for ``wuji-jax solve`` against 8.6k with two Ray workers on a quiet
-machine (load 2), 8.5k against 7.8k with the machine busy with other work (load 5-7): the command
-line gives JAX one CPU device per core in one process, which solves about 1.3 times the frames of
-two one-device processes (whose values equal ``solve_dataset(devices=1)``'s bit for bit, while the
-sharded ones differ from those by float rounding). Ray is for more machines than one.
+Ray costs a few seconds to start a local cluster and a few more to start the workers (a process
+each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
+the driver, its statistics and autoscaling actors, the raylet) take a share of the CPUs while the
+workers solve. On one machine it does not beat the plain command line: ``benchmarks/bench_ray.py``
+on 10⁶ frames and 2 cores measured 13.8k frames/s for ``wuji-jax solve`` (72 s) against 10.1k with
+the default layout (one worker holding both CPUs; 99 s: 7 s cluster start, ~11 s until the worker
+solves, 14.4k frames/s while it solves, 6 s to assemble the table) and 8.0k with two one-CPU
+workers. Ray is for more machines than one.
 
 (The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
 package in the caller's namespace, and a script run from inside the package folder would import it
