@@ -467,17 +467,30 @@ def _run_solve(args) -> int:
     out = _solve_output(args)
 
     from . import io as wio
-    from .batch import sample_landmarks_path, solve_dataset
+    from .batch import solve_dataset
+
+    s = solve_dataset(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
+                      resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
+                      on_error=args.on_error, fps=args.fps, plot=not args.no_plot, check_units=not args.no_unit_check,
+                      max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames)
+    return _report_solve(args, s, "", "compilation")
+
+
+def _solve_inputs(args) -> list[str]:
+    """``solve``'s inputs, or the bundled sample (said so) when none is given."""
+    from .batch import sample_landmarks_path
 
     inputs = list(args.inputs)
     if not inputs:
         inputs = [str(sample_landmarks_path())]
         if not args.quiet:
             print(f"no INPUT given: solving the bundled sample {inputs[0]}")
-    s = solve_dataset(inputs, out, side=args.side, chunk_size=args.chunk_size, resume=not args.no_resume,
-                      progress=not args.quiet, iterations=args.iterations, on_error=args.on_error,
-                      fps=args.fps, plot=not args.no_plot, check_units=not args.no_unit_check,
-                      max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames)
+    return inputs
+
+
+def _report_solve(args, s: dict, where: str, including: str) -> int:
+    """Print a dataset run's summary ``s`` (skipped files on stderr; ``where``: e.g. " on 2 Ray
+    workers"; ``including``: what the frames/s include); returns the exit status."""
     for e in s["errors"]:
         print(f"{PROG}: error: {_one_line(e)} (skipped)", file=sys.stderr)
     if not args.quiet:
@@ -486,8 +499,8 @@ def _run_solve(args) -> int:
         resumed = f", {s['resumed_frames']:,} resumed from an interrupted run" if s["resumed_frames"] else ""
         res = ("" if s["residual_mm_mean"] is None else
                f"; residual mean {s['residual_mm_mean']:.2f} mm, median {s['residual_mm_median']:.2f} mm")
-        print(f"solved {s['frames']:,} frames from {s['files']} file{'s' if s['files'] != 1 else ''} in "
-              f"{s['wall_seconds']:.1f} s ({s['frames_per_second']:,.0f} frames/s incl. compilation{resumed}): "
+        print(f"solved {s['frames']:,} frames from {s['files']} file{'s' if s['files'] != 1 else ''}{where} in "
+              f"{s['wall_seconds']:.1f} s ({s['frames_per_second']:,.0f} frames/s incl. {including}{resumed}): "
               f"{s['valid']:,} valid, {s['flagged']:,} flagged{res}")
     print(f"angles:  {s['output']}")
     if s["plot"]:

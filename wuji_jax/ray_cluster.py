@@ -651,7 +651,7 @@ def run_solve_cli(args) -> int:
     """``wuji-jax solve ... --ray [ADDRESS]``: :func:`solve_dataset_ray` with the ``solve`` verb's parsed
     arguments and its report (called by :func:`wuji_jax.cli._run_solve` after the option checks they
     share); returns the exit status."""
-    from .cli import PROG, UsageError, _one_line, _solve_output
+    from .cli import UsageError, _report_solve, _solve_inputs, _solve_output
 
     address = args.ray.strip()
     if not address:
@@ -663,35 +663,14 @@ def run_solve_cli(args) -> int:
                          "after the inputs, or write --ray=ADDRESS")
     _import_ray()
     out = _solve_output(args)
-    inputs = list(args.inputs)
-    if not inputs:
-        inputs = [str(_batch.sample_landmarks_path())]
-        if not args.quiet:
-            print(f"no INPUT given: solving the bundled sample {inputs[0]}")
-    s = solve_dataset_ray(inputs, out, side=args.side, chunk_size=args.chunk_size, resume=not args.no_resume,
-                          progress=not args.quiet, iterations=args.iterations, address=address,
-                          cpus_per_worker=args.cpus_per_worker,
-                          on_error="skip", fps=args.fps, plot=not args.no_plot,
-                          check_units=not args.no_unit_check,
+    s = solve_dataset_ray(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
+                          resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
+                          address=address, cpus_per_worker=args.cpus_per_worker, on_error="skip", fps=args.fps,
+                          plot=not args.no_plot, check_units=not args.no_unit_check,
                           max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames,
                           compilation_cache=getattr(args, "cache_dir", None)
                           or (False if getattr(args, "no_cache", False) else None))
-    for e in s["errors"]:
-        print(f"{PROG}: error: {_one_line(e)} (skipped)", file=sys.stderr)
-    if not args.quiet:
-        for n in s["notes"]:
-            print(f"note: {_one_line(n)}")
-        r = s["ray"]
-        resumed = f", {s['resumed_frames']:,} resumed from an interrupted run" if s["resumed_frames"] else ""
-        res = ("" if s["residual_mm_mean"] is None else
-               f"; residual mean {s['residual_mm_mean']:.2f} mm, median {s['residual_mm_median']:.2f} mm")
-        print(f"solved {s['frames']:,} frames from {s['files']} file{'s' if s['files'] != 1 else ''} on "
-              f"{r['workers']} Ray worker{'s' if r['workers'] != 1 else ''} ({r['nodes']} node"
-              f"{'s' if r['nodes'] != 1 else ''}) in {s['wall_seconds']:.1f} s "
-              f"({s['frames_per_second']:,.0f} frames/s incl. start-up{resumed}): "
-              f"{s['valid']:,} valid, {s['flagged']:,} flagged{res}")
-    print(f"angles:  {s['output']}")
-    if s["plot"]:
-        print(f"plot:    {s['plot']}")
-    print(f"summary: {s['summary']}")
-    return 1 if s["errors"] else 0
+    r = s["ray"]
+    where = (f" on {r['workers']} Ray worker{'s' if r['workers'] != 1 else ''} ({r['nodes']} node"
+             f"{'s' if r['nodes'] != 1 else ''})")
+    return _report_solve(args, s, where, "start-up")
