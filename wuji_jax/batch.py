@@ -1074,30 +1074,6 @@ def _table(part: dict[str, np.ndarray], names: list[str], inspire: bool,
     return t
 
 
-def _arrow_array(v: np.ndarray, pa):
-    """A 1-D NumPy column (numbers, bools or ``U`` strings) as an Arrow array, built from buffers:
-    ``pa.array`` imports pandas where it is installed (0.6 s and ~50 MiB for every CLI run)."""
-    n = len(v)
-    if v.dtype.kind == "U":  # few distinct values (file names, sides): encode those once
-        uniq, inv = np.unique(v, return_inverse=True)
-        words = [u.encode("utf-8") for u in uniq.tolist()]
-        sizes = np.fromiter(map(len, words), np.int64, len(words))[inv.reshape(-1)]
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        if offsets[-1] >= 2**31:
-            return pa.array(v.tolist())
-        data = b"".join(words[i] for i in inv.reshape(-1).tolist())
-        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
-    if v.dtype == bool:
-        return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(v, bitorder="little"))])
-    types = {"f4": pa.float32(), "f8": pa.float64(), "i4": pa.int32(), "i8": pa.int64(), "i2": pa.int16(),
-             "i1": pa.int8(), "u1": pa.uint8(), "u2": pa.uint16(), "u4": pa.uint32(), "u8": pa.uint64()}
-    kind = v.dtype.newbyteorder("=").str[1:]
-    if kind not in types:
-        return pa.array(v)
-    return pa.Array.from_buffers(types[kind], n, [None, pa.py_buffer(np.ascontiguousarray(v, v.dtype.newbyteorder("=")))])
-
-
 class _Writer:
     """Appends tables to ``out`` in :func:`wuji_jax.io.write_results`' layout; streams Parquet/CSV."""
 
@@ -1114,7 +1090,7 @@ class _Writer:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            t = pa.table({k: _arrow_array(v, pa) for k, v in table.items()})
+            t = wio._arrow_table(table, pa)
             if self.pq_writer is None:
                 meta = {b"wuji_jax.shapes": json.dumps({k: [] for k in table}).encode(),
                         b"wuji_jax.names": json.dumps({}).encode()}
