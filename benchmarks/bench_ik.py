@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from wuji_jax.solver import CHUNK_FRAMES  # noqa: E402
 
 from _util import (  # noqa: E402
     DEXRET_RECORDING, bundled_recording, hardware_info, jit_solver, load_recording, round_trip_data,
@@ -289,8 +290,8 @@ def main(argv=None) -> dict:
         config=dataclasses.asdict(wj.SolverConfig()),
         quick=args.quick,
         notes=("speed: wj.solve under jax.jit, landmarks already on the device(s) (no host-side checks), split over "
-               "the local devices as wj.solve splits them, by its split kernel (shard_map, chunks of <= 2048 "
-               "frames per device; wj.use_cpu_cores: one CPU device per core; "
+               "the local devices as wj.solve splits them, by its split kernel (shard_map, chunks of <= "
+               f"{CHUNK_FRAMES} frames per device; wj.use_cpu_cores: one CPU device per core; "
                "speed_one_device: the same on one device), 1 mm noisy "
                "synthetic frames tiled to the batch; first_call_s = trace + compile + first run for that shape; "
                "latency.public_* = wj.solve(hand, frame) with a numpy (21, 3) frame (input checks, transfers); "
