@@ -43,11 +43,15 @@ _CHILD = textwrap.dedent("""
     solver.CHUNK_FRAMES = 4  # 11 frames per device: 3 chunks of 4 (one padded)
     split = wj.solve(hand, y)
     wj.devices.SPLIT_MIN_FRAMES = 10**9
-    chunked = wj.solve(hand, y)  # one device, 6 chunks of 4 (3 padded)
-    solver.CHUNK_FRAMES = 10**9
-    one = wj.solve(hand, y)
+    solver.CHUNK_FRAMES = 8
+    chunked = wj.solve(hand, y)  # one device: 3 calls of 8 frames (3 padded), joined
+    # the same frames in other groups, each solved on its own (one program of 8 frames for both)
+    flat = y.reshape(21, 21, 3)
+    parts = [wj.solve(hand, flat[a:b]) for a, b in [(0, 5), (5, 13), (13, 21)]]
+    one = wj.IKResult(*[np.concatenate([np.asarray(f) for f in fs]).reshape((3, 7) + np.shape(fs[0])[1:])
+                        for fs in zip(*parts)])
     print(json.dumps(dict(
-        split_devices=len(split.angles.sharding.device_set), one_devices=len(one.angles.sharding.device_set),
+        split_devices=len(split.angles.sharding.device_set), one_devices=len(chunked.angles.sharding.device_set),
         shape=list(split.angles.shape), kp_shape=list(split.keypoints.shape),
         max_angle_diff=float(np.abs(np.asarray(split.angles) - np.asarray(one.angles)).max()),
         max_kp_diff=float(np.abs(np.asarray(split.keypoints) - np.asarray(one.keypoints)).max()),
