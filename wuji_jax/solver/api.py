@@ -375,10 +375,31 @@ def _solve_warm(hand, lm, weights, q0, config) -> IKResult:
     return solve_batch(hand, lm, weights, q0, config, True)
 
 
-@functools.partial(jax.jit, static_argnames=("flat", "batch"))
 def _join(outs: tuple, flat: int, batch: tuple) -> IKResult:
-    """The pieces' results as one, without the padding: one small program per piece count and size."""
-    out = outs[0] if len(outs) == 1 else IKResult(*[jnp.concatenate(f) for f in zip(*outs)])
+    """The pieces' results (equal sizes) as one, without the padding. The pieces are written into one
+    buffer a piece at a time: three small programs whatever the number of pieces (a concatenation of
+    256 pieces compiled for 3 s)."""
+    out = outs[0]
+    if len(outs) > 1:
+        out = _first(out, len(outs))
+        for i, piece in enumerate(outs[1:], 1):
+            out = _place(out, piece, i * piece.angles.shape[0])
+    return _unpad(out, flat, batch)
+
+
+@functools.partial(jax.jit, static_argnames=("count",))
+def _first(piece: IKResult, count: int) -> IKResult:
+    """A buffer for ``count`` pieces holding the first (on the piece's device, as the others)."""
+    return IKResult(*(jnp.zeros((count * v.shape[0],) + v.shape[1:], v.dtype).at[:v.shape[0]].set(v) for v in piece))
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _place(out: IKResult, piece: IKResult, start) -> IKResult:
+    return IKResult(*(jax.lax.dynamic_update_slice_in_dim(o, p, start, 0) for o, p in zip(out, piece)))
+
+
+@functools.partial(jax.jit, static_argnames=("flat", "batch"))
+def _unpad(out: IKResult, flat: int, batch: tuple) -> IKResult:
     return IKResult(*(v[:flat].reshape(batch + v.shape[1:]) for v in out))
 
 
