@@ -15,7 +15,9 @@ from .api import pose_from_palm as pose_from_palm
 from .api import solve as solve
 from .api import solve_checked as solve_checked
 from .api import solve_optax as solve_optax
+from .api import solve_chunked as solve_chunked
 from .api import solve_rows as solve_rows
+from .api import split_kernel as split_kernel
 from .config import DEGENERATE_SPREAD as DEGENERATE_SPREAD
 from .config import FLAG_BAD_SCALE as FLAG_BAD_SCALE
 from .config import FLAG_DEGENERATE as FLAG_DEGENERATE
@@ -28,7 +30,7 @@ from .config import IKResult as IKResult
 from .config import SolverConfig as SolverConfig
 
 __all__ = [
-    "SolverConfig", "IKResult", "solve", "solve_rows", "solve_checked", "landmark_loss", "solve_optax",
+    "SolverConfig", "IKResult", "solve", "solve_rows", "solve_chunked", "split_kernel", "solve_checked", "landmark_loss", "solve_optax",
     "pose_from_palm", "neutral_angles", "check_solver_input", "pick_side", "CHUNK_FRAMES",
     "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL", "FLAG_MIRRORED", "FLAG_NOT_FINITE",
     "FLAG_DEGENERATE", "DEGENERATE_SPREAD", "FLAG_NAMES",

@@ -36,7 +36,7 @@ from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HI
 from .lm import Problem, Structure, Variables, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
 
-__all__ = ["solve", "solve_rows", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
+__all__ = ["solve", "solve_rows", "solve_chunked", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
            "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES", "BUCKETS"]
 
 #: frames solved at a time on one device; bigger batches loop over chunks of this size: the LM state
@@ -150,7 +150,7 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
                 converged=converged & valid & finite_fit & ~bad_scale, iterations=iters, flags=flags, cost=c)
 
 
-def _solve_chunked(hand, landmarks, weights, q0, config, warm=False) -> dict:
+def solve_chunked(hand, landmarks, weights, q0, config, warm=False) -> dict:
     """:func:`solve_rows` over equal chunks of at most :data:`CHUNK_FRAMES` frames (``lax.map``; the
     batch is padded with copies of its last frame to a multiple of the chunk)."""
     B = landmarks.shape[0]
@@ -179,13 +179,13 @@ def default_inputs(hand, lm, weights, q0, xp):
 
 @functools.partial(jax.jit, static_argnames=("warm",))
 def solve_batch(hand, lm, weights, q0, config, warm: bool = False) -> IKResult:
-    """:func:`_solve_chunked` for any batch shape; defaults made inside the compiled call (a fresh
+    """:func:`solve_chunked` for any batch shape; defaults made inside the compiled call (a fresh
     host array costs a transfer per call). ``warm`` (static) selects one of two programs: without it
     the warm-start comparison is not compiled."""
     weights, q0 = default_inputs(hand, lm, weights, q0, jnp)
     batch = lm.shape[:-2]
     flat = math.prod(batch)
-    out = _solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21), q0.reshape(flat, hand.num_joints),
+    out = solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21), q0.reshape(flat, hand.num_joints),
                          config, warm)
     return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
 
@@ -197,7 +197,7 @@ def split_kernel(mesh, warm: bool = False):
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
-    kernel = functools.partial(_solve_chunked, warm=bool(warm))
+    kernel = functools.partial(solve_chunked, warm=bool(warm))
     return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
                                  check_vma=False))
 
