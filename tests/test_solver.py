@@ -254,6 +254,28 @@ def test_float32_sincos_matches_numpy():
     assert np.abs(np.asarray(s64) - np.sin(xs)).max() < 1e-15
 
 
+def test_contract_and_products_match_einsum():
+    """geometry.contract (sums of products of slices) against numpy's einsum, with broadcasting along
+    summed and kept axes and ranks that differ; matmul/matvec/matTvec/dot (built on it) likewise."""
+    from wuji_jax import geometry as geo
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(4, 7, 1, 5, 6))
+    b = rng.normal(size=(4, 1, 7, 5, 6))
+    np.testing.assert_allclose(np.asarray(geo.contract(jnp.asarray(a), jnp.asarray(b), (0, 3))),
+                               np.einsum("ipqgb,ipqgb->pqb", np.broadcast_to(a, (4, 7, 7, 5, 6)),
+                                         np.broadcast_to(b, (4, 7, 7, 5, 6))), rtol=1e-12)
+    c = rng.normal(size=(3, 1, 6))  # a summed axis of size 1 broadcast against 5, lower rank
+    d = rng.normal(size=(2, 3, 5, 6))
+    np.testing.assert_allclose(np.asarray(geo.contract(jnp.asarray(c), jnp.asarray(d), (-3, -2))),
+                               np.einsum("kjb,akjb->ab", np.broadcast_to(c, (3, 5, 6)), d), rtol=1e-12)
+    A, B, v = rng.normal(size=(3, 3, 5)), rng.normal(size=(3, 3, 5)), rng.normal(size=(3, 5))
+    np.testing.assert_allclose(np.asarray(geo.matmul(A, B)), np.einsum("ikb,kjb->ijb", A, B), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(geo.matvec(A, v)), np.einsum("ikb,kb->ib", A, v), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(geo.matTvec(A, v)), np.einsum("kib,kb->ib", A, v), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(geo.dot(v, v[::-1])), np.einsum("kb,kb->b", v, v[::-1]), rtol=1e-12)
+
+
 def test_float32_atan2_matches_numpy():
     """The solver's own float32 atan2 (one division + a polynomial) against float64 numpy: every
     quadrant, the axes, the origin, the reduction boundary |y| = tan(π/8)·|x| and wide magnitudes."""

@@ -16,6 +16,7 @@ Two layouts appear in wuji_jax:
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "total", "sincos", "atan2", "dot", "cross", "triple", "unit", "matvec", "matTvec", "matmul", "skew",
+    "total", "contract", "sincos", "atan2", "dot", "cross", "triple", "unit", "matvec", "matTvec", "matmul", "skew",
     "rodrigues", "so3_exp", "rpy_to_matrix", "matrix_to_quaternion",
 ]
 
@@ -102,9 +103,34 @@ def total(x, axis):
     return x
 
 
+def contract(a, b, axis):
+    """``Σ a·b`` over small axes (an int or a tuple) of the broadcast product, as adds of products of
+    slices: ``total(a * b, axis)`` without the product ever stored.
+
+    Where the product of whole arrays has several users (one per slice), XLA:CPU writes it to memory
+    before adding its slices (a ``(4, 7, 7, 5, 256)`` temporary for the Schur complement of a 256-frame
+    chunk); products of slices fuse with their sum into one loop.
+    """
+    nd = max(a.ndim, b.ndim)
+    a = a.reshape((1,) * (nd - a.ndim) + a.shape)
+    b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+    axes = sorted({ax % nd for ax in ((axis,) if isinstance(axis, int) else axis)}, reverse=True)
+
+    def pick(x, idx):
+        for ax, i in zip(axes, idx):
+            x = jax.lax.index_in_dim(x, min(i, x.shape[ax] - 1), ax, keepdims=False)
+        return x
+
+    out = None
+    for idx in itertools.product(*[range(max(a.shape[ax], b.shape[ax])) for ax in axes]):
+        term = pick(a, idx) * pick(b, idx)
+        out = term if out is None else out + term
+    return out
+
+
 def dot(a, b):
     """``a · b`` over axis 0 of ``(3, *rest)`` arrays → ``rest``."""
-    return total(a * b, 0)
+    return contract(a, b, 0)
 
 
 def cross(a, b):
@@ -131,17 +157,17 @@ def _expand(A, v):
 
 def matvec(A, v):
     """``A v``: ``A (3, 3, *r)``, ``v (3, *rest)`` → ``(3, *rest)``."""
-    return total(_expand(A, v) * v[None], 1)
+    return contract(_expand(A, v), v[None], 1)
 
 
 def matTvec(A, v):
     """``Aᵀ v``: ``A (3, 3, *r)``, ``v (3, *rest)`` → ``(3, *rest)``."""
-    return total(_expand(A, v) * v[:, None], 0)
+    return contract(_expand(A, v), v[:, None], 0)
 
 
 def matmul(A, B):
     """``A B`` for ``(n, k, *rest)`` and ``(k, m, *rest)`` stacks (broadcasting) → ``(n, m, *rest)``."""
-    return total(A[:, :, None] * B[None], 1)
+    return contract(A[:, :, None], B[None], 1)
 
 
 def skew(v):
