@@ -16,10 +16,11 @@ How a run is laid out
 * Each chunk is solved in kernel batches of ``batch_size`` rows (a multiple of the device count).
   The last batch is padded with NaN rows, which the solver flags (too few landmarks) and which are
   dropped. Each device solves its rows of a batch in chunks of ``wuji_jax.solver.CHUNK_FRAMES``
-  frames, as :func:`wuji_jax.solve` does. On CPU ``batch_size`` defaults to 1024, small enough that
-  reading and writing overlap the solving in fine steps (300,000 synthetic frames, 2 CPU devices,
-  in-process, warm: 1024 rows 7.8 s, 4096 rows 7.3 s); on accelerators it defaults to the whole
-  chunk.
+  frames, as :func:`wuji_jax.solve` does. On CPU ``batch_size`` defaults to one chunk per device
+  (512 rows on 2 CPU devices): the kernel is then the solver on one chunk, without a loop over
+  chunks, which compiles in less time (``wuji-jax solve`` on the bundled sample with an empty cache:
+  11.6 s with batches of 1024 rows, two chunks per device) and solves as fast; on accelerators it
+  defaults to the whole chunk.
 * Every finished chunk goes to ``<out>.parts/chunk_<start>.npz`` (written to a temporary name,
   then renamed, so a part is whole or absent). ``<out>.parts/manifest.json`` records the input's
   identity (paths, sizes, modification times, chunk size, side, solver configuration, dtype) and
@@ -111,7 +112,16 @@ from .solver.config import FLAG_NAMES
 __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_CHUNK_SIZE"]
 
 DEFAULT_CHUNK_SIZE = 4096
-_CPU_BATCH = 1024  # rows per kernel call on CPU; see the module docstring for the measurement
+
+
+def _cpu_batch(devices: int) -> int:
+    """Rows per kernel call on CPU: one solver chunk (``CHUNK_FRAMES``) per device, so that the kernel
+    is the solver on one chunk per device, without the loop over chunks (see the module docstring)."""
+    from .solver import CHUNK_FRAMES
+
+    return CHUNK_FRAMES * devices
+
+
 _MANIFEST_VERSION = 1
 _PLOT_POINTS = 5_000  # at most this many frames are drawn (evenly strided)
 _FINGERS = ("thumb", "index", "middle", "ring", "pinky")
@@ -647,8 +657,8 @@ def solve_dataset(
         iterations: LM iterations (default: :class:`~wuji_jax.solver.SolverConfig`'s).
         on_error: ``"raise"`` stops at the first bad file; ``"skip"`` records it and goes on.
         config: a :class:`~wuji_jax.solver.SolverConfig` (``iterations`` overrides its count).
-        batch_size: rows per kernel call (rounded up to a multiple of the device count); default 1024
-            on CPU, the whole chunk on accelerators.
+        batch_size: rows per kernel call (rounded up to a multiple of the device count); default
+            ``CHUNK_FRAMES`` (256) per device on CPU, the whole chunk on accelerators.
         check_units: reject a file whose first frames do not look like metres.
         fps: frame rate for files without timestamps (else their timestamps are NaN).
         plot: draw the angles and residual over time (skipped with a note without matplotlib).
@@ -700,7 +710,7 @@ def solve_dataset(
         raise ValueError("devices is empty")
     nd = len(devices)
     if batch_size is None:
-        batch_size = min(chunk_size, _CPU_BATCH) if devices[0].platform == "cpu" else chunk_size
+        batch_size = min(chunk_size, _cpu_batch(nd)) if devices[0].platform == "cpu" else chunk_size
     batch_size = -(-max(int(batch_size), 1) // nd) * nd
     dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
 
