@@ -720,3 +720,24 @@ def test_max_frames_still_reaches_video_extraction(tmp_path, monkeypatch):
     assert len(io.load_landmarks(clip)) == 12 and "max_frames" not in seen[-1]  # cache keys unchanged
     with pytest.raises(ValueError, match="max_frames must be a positive integer"):
         io.load_landmarks(clip, max_frames=0)
+
+
+def test_arrow_strings_and_parquet_dictionaries(tmp_path):
+    """String columns become Arrow strings equal to the input (one value, several, empty); a results
+    Parquet file dictionary-encodes its strings and flags only, not its float columns."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    for v in (np.full(5, "take_01.npy"), np.array(["b", "a", "b", "ünï", "a"]), np.zeros(0, "<U1")):
+        assert io._arrow_array(v, pa).to_pylist() == v.tolist()
+    n = 1000
+    rng = np.random.default_rng(0)
+    table = {"source": np.full(n, "a.npy"), "side": np.where(np.arange(n) < 500, "right", "left"),
+             "angle": rng.normal(size=n).astype(np.float32), "fit_flags": np.zeros(n, np.int32)}
+    io.write_results(tmp_path / "r.parquet", table)
+    meta = pq.ParquetFile(tmp_path / "r.parquet").metadata.row_group(0)
+    enc = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert any("DICTIONARY" in e for e in enc["source"]) and any("DICTIONARY" in e for e in enc["fit_flags"])
+    assert not any("DICTIONARY" in e for e in enc["angle"]), enc["angle"]
+    back = pq.read_table(tmp_path / "r.parquet")
+    assert back.column("side").to_pylist() == table["side"].tolist()
+    np.testing.assert_array_equal(back.column("angle").to_numpy(), table["angle"])

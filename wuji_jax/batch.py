@@ -1120,7 +1120,8 @@ class _Writer:
                 meta = {b"wuji_jax.shapes": json.dumps({k: [] for k in table}).encode(),
                         b"wuji_jax.names": json.dumps({}).encode()}
                 self.schema = t.schema.with_metadata({**(t.schema.metadata or {}), **meta})
-                self.pq_writer = pq.ParquetWriter(self.tmp, self.schema)
+                self.pq_writer = pq.ParquetWriter(self.tmp, self.schema,
+                                                  use_dictionary=wio._dictionary_columns(self.schema, pa))
             self.pq_writer.write_table(t.cast(self.schema))
         elif self.ext == ".csv":
             part = self.tmp.with_name(self.tmp.name + ".part.csv")

@@ -872,17 +872,30 @@ def _arrow_table(cols: Mapping[str, np.ndarray], pa):
 _ARROW_NUMBERS = ("f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8")
 
 
+def _dictionary_columns(schema, pa) -> list[str]:
+    """The columns worth Parquet's dictionary encoding: strings (file names, sides, labels) and
+    ``*flags`` bit sets, which take few distinct values. Tried on every column (pyarrow's default),
+    it builds a dictionary for each float column of unique values and then falls back to plain
+    pages: 10⁶ rows of a results table wrote in 2.08 s and 256 MB, and in 0.36 s and 172 MB with
+    dictionaries for these columns only."""
+    return [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+            or (pa.types.is_integer(f.type) and f.name.endswith("flags"))]
+
+
 def _arrow_array(v: np.ndarray, pa):
     n = len(v)
     if v.dtype.kind == "U":  # few distinct values (file names, sides, labels): each encoded once
-        uniq, inv = np.unique(v, return_inverse=True)
-        inv = inv.reshape(-1)
+        if n and (v == v[0]).all():  # one value (a part's side or file): no sort
+            uniq, inv = v[:1], np.zeros(n, np.intp)
+        else:
+            uniq, inv = np.unique(v, return_inverse=True)
+            inv = inv.reshape(-1)
         words = [u.encode("utf-8") for u in uniq.tolist()]
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(np.fromiter(map(len, words), np.int64, len(words))[inv], out=offsets[1:])
         if offsets[-1] >= 2**31:  # beyond a string array's 32-bit offsets
             return pa.array(v.tolist())
-        data = b"".join(words[i] for i in inv.tolist())
+        data = words[0] * n if len(words) == 1 else b"".join(words[i] for i in inv.tolist())
         return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
     if v.dtype == bool:
         return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(v, bitorder="little"))])
@@ -1514,7 +1527,7 @@ def write_results(path: str | os.PathLike, table: Mapping[str, Any], *,
         meta = {b"wuji_jax.shapes": json.dumps(shapes).encode(),
                 b"wuji_jax.names": json.dumps({k: list(v) for k, v in (names or {}).items()}).encode()}
         t = t.replace_schema_metadata({**(t.schema.metadata or {}), **meta})
-        pq.write_table(t, path)
+        pq.write_table(t, path, use_dictionary=_dictionary_columns(t.schema, pa))
         return path
     keys = list(cols)
     texts = [_csv_texts(cols[k]) for k in keys]
