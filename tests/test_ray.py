@@ -273,6 +273,9 @@ def test_cli_on_a_two_node_cluster(two_nodes, data, tmp_path):
     assert r.returncode == 1, r.stderr[-3000:]  # the corrupt file: reported, the rest solved
     skipped = [line for line in r.stderr.splitlines() if line.startswith("wuji-jax: error:")]
     assert len(skipped) == 1 and "bad.npy" in skipped[0] and skipped[0].endswith("(skipped)")
+    for chatter in ("Connecting to existing Ray cluster", "Starting execution of Dataset", "Progress bars disabled",
+                    "execution finished"):  # --quiet: Ray's own info lines are not shown
+        assert chatter not in r.stderr, r.stderr[-3000:]
     _same_table(out, data["ref"])
     s = json.loads((tmp_path / "angles_summary.json").read_text())
     _same_summary(s, data["summary"])

@@ -334,6 +334,18 @@ class _Chunk:
 _USED: set = set()  # kernels run in this process (see _Kernel.first_use)
 
 
+def _solve_with_inspire(hand, landmarks, weights, q0, config) -> dict:
+    """:func:`wuji_jax.solver.solve_chunked` and the Inspire commands of its angles, in one program:
+    a second call, on the solver's outputs split over several devices, waited for the solver before
+    it returned (8 ms per 512-row batch on 2 CPU devices), where one device's call returns at once."""
+    from .inspire import _to_inspire_kernel
+    from .solver import solve_chunked
+
+    out = solve_chunked(hand, landmarks, weights, q0, config)
+    out["inspire"] = _to_inspire_kernel(hand, out["angles"], None)
+    return out
+
+
 class _Kernel:
     """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``."""
 
@@ -382,18 +394,20 @@ class _Kernel:
                                  self.put(np.ascontiguousarray(q0), self.rows))
         return self._hands[side]
 
-    def kernel(self):
+    def kernel(self, inspire: bool):
         """The solver as :func:`wuji_jax.solve` runs it: on one device :func:`~wuji_jax.solver.solve_chunked`
         (chunks of ``CHUNK_FRAMES`` frames, each chunk's loop stopping on its own), on several the same
         per device (``shard_map``: every device solves its own rows, no communication). A frame's
         result does not depend on the frames solved beside it. (``jit`` of the plain rows over sharded
         inputs ran one loop over all devices' rows, waiting for the slowest frame of the batch:
-        41.9k against 52.2k frames/s at batch 1024 on 2 CPU devices.)"""
+        41.9k against 52.2k frames/s at batch 1024 on 2 CPU devices.) With ``inspire`` the Inspire
+        commands are computed in the same program (:func:`_solve_with_inspire`)."""
         from .solver import solve_chunked, split_kernel
 
+        fn = _solve_with_inspire if inspire else solve_chunked
         if self.rows is None:
-            return solve_chunked
-        return split_kernel(self.rows.mesh)
+            return fn
+        return split_kernel(self.rows.mesh, kernel=fn)
 
     def dispatch(self, side: str, world: np.ndarray, inspire: bool) -> list:
         """Start solving ``world (n, 21, 3)``; returns the outputs, still being computed.
@@ -402,10 +416,8 @@ class _Kernel:
         its public wrapper would wait to check the angles), so the caller writes the previous chunk
         while this one is solved.
         """
-        from .inspire import _to_inspire_kernel
-
         plain, hand, q0 = self.hand(side)
-        kernel = self.kernel()
+        kernel = self.kernel(inspire)
         n = world.shape[0]
         padded = -(-n // self.batch) * self.batch
         x = np.full((padded, 21, 3), np.nan, self.dtype)
@@ -415,10 +427,7 @@ class _Kernel:
         for s in range(0, padded, self.batch):
             xs = self.put(x[s:s + self.batch], self.rows)
             args = (hand, xs, self.ones, q0, self.cfg)
-            o = cached_program(kernel, "solve_chunked", *args)(*args)
-            if inspire:
-                o["inspire"] = _to_inspire_kernel(hand, o["angles"], None)
-            outs.append(o)
+            outs.append(cached_program(kernel, "solve_inspire" if inspire else "solve_chunked", *args)(*args))
         return outs
 
     def collect(self, outs: list, n: int) -> dict[str, np.ndarray]:

@@ -141,14 +141,23 @@ def _warn_once(folder: str, why: str) -> None:
 
 
 @functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def _source_digest() -> str:
-    """SHA-256 of wuji_jax's own source files (a changed solver never reads an old program)."""
+    """SHA-256 of wuji_jax's own source files (a changed solver never reads an old program); once
+    per process, as the installed jaxlib's version (:func:`_jaxlib_version`)."""
     h = hashlib.sha256()
     root = Path(__file__).parent
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _jaxlib_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("jaxlib")
 
 
 _programs: dict = {}  # key (or the function, with the cache off) → its jitted call, per process
@@ -173,11 +182,9 @@ def cached_program(fn, name: str, *args):
         return _programs[fn]
     leaves, tree = jax.tree_util.tree_flatten(args)
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)) for x in leaves]
-    from importlib import metadata
-
     ident = repr((name, getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""), str(tree),
                   [(s.shape, str(s.dtype), str(s.sharding)) for s in specs], jax.__version__,
-                  metadata.version("jaxlib"), bool(jax.config.jax_enable_x64),
+                  _jaxlib_version(), bool(jax.config.jax_enable_x64),
                   [(d.platform, d.device_kind) for d in jax.devices()], _source_digest()))
     key = f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:40]}"
     if key in _programs:

@@ -341,6 +341,10 @@ def _connect(ray, address: str | None, progress: bool) -> bool:
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"log_to_driver": progress}
+    if not progress:  # quiet: no "Connecting to existing Ray cluster" and the like
+        import logging
+
+        kwargs["logging_level"] = logging.WARNING
     if address in (None, "local"):
         kwargs["include_dashboard"] = False
     ray.init(address=address, **kwargs)
@@ -623,9 +627,20 @@ def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, setting
 
     rows = [{"unit": b["unit"], "file": b["file"], "path": str(Path(files[b["file"]]).absolute()),
              "name": str(files[b["file"]]), "start": b["start"], "stop": b["stop"]} for b in todo]
+    import logging
+
     ctx = rd.DataContext.get_current()
-    was = ctx.enable_progress_bars
+    was = ctx.enable_progress_bars, getattr(ctx, "print_on_execution_start", None)
     ctx.enable_progress_bars = bool(progress)
+    # quiet: Ray Data's start and end lines and its "Progress bars disabled" hint go too (warnings stay)
+    loggers = {name: logging.getLogger(name) for name in ("ray.data._internal.execution.streaming_executor",
+                                                          "ray.data._internal.progress")}
+    levels = {name: lg.level for name, lg in loggers.items()}
+    if not progress:
+        if was[1] is not None:
+            ctx.print_on_execution_start = False
+        loggers["ray.data._internal.execution.streaming_executor"].setLevel(logging.WARNING)
+        loggers["ray.data._internal.progress"].setLevel(logging.ERROR)
     try:
         ds = rd.from_items(rows, override_num_blocks=len(rows))
         ds = ds.map_batches(
@@ -641,7 +656,11 @@ def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, setting
             meta["part"] = row["part"]
             yield meta
     finally:
-        ctx.enable_progress_bars = was
+        ctx.enable_progress_bars = was[0]
+        if was[1] is not None:
+            ctx.print_on_execution_start = was[1]
+        for name, lg in loggers.items():
+            lg.setLevel(levels[name])
 
 
 # --------------------------------------------------------------------------------------- the CLI

@@ -191,13 +191,15 @@ def solve_batch(hand, lm, weights, q0, config, warm: bool = False) -> IKResult:
 
 
 @functools.lru_cache(maxsize=16)
-def split_kernel(mesh, warm: bool = False):
+def split_kernel(mesh, warm: bool = False, kernel=None):
     """The solver with every device solving its own rows (``shard_map``: no communication);
-    ``warm`` as in :func:`solve_batch`."""
+    ``warm`` as in :func:`solve_batch`. ``kernel``: another function of the same arguments
+    ``(hand, landmarks, weights, q0, config)`` returning a dict of per-row arrays, split the same way
+    (default :func:`solve_chunked`)."""
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
-    kernel = functools.partial(solve_chunked, warm=bool(warm))
+    kernel = functools.partial(solve_chunked, warm=bool(warm)) if kernel is None else kernel
     return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
                                  check_vma=False))
 
