@@ -211,13 +211,25 @@ def _stop_session(p: subprocess.Popen) -> None:
             pass
 
 
-def _wait_for_port(port: int, head: subprocess.Popen, log: Path, seconds: float = 90) -> None:
+def _node_ip() -> str:
+    """This machine's outward IP, found as Ray finds it (the route a UDP socket would take; nothing is
+    sent), or 127.0.0.1 without a route. Ray 2.40 turns a 127.0.0.1 cluster address into this IP in
+    ``ray.init`` and then cannot reach a head bound to 127.0.0.1, so the nodes use it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("8.8.8.8", 53))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def _wait_for_port(host: str, port: int, head: subprocess.Popen, log: Path, seconds: float = 90) -> None:
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end:
         if head.poll() is not None:
             pytest.fail(f"ray start --head exited: {log.read_text()[-3000:]}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.5)
     pytest.fail(f"ray start --head did not listen on {port}: {log.read_text()[-3000:]}")
@@ -225,24 +237,25 @@ def _wait_for_port(port: int, head: subprocess.Popen, log: Path, seconds: float 
 
 @pytest.fixture
 def two_nodes(tmp_path, data):
-    """A head and a worker node on localhost, one CPU each; yields (address, environment)."""
+    """A head and a worker node on this machine (at its outward IP, see _node_ip), one CPU each; yields
+    (address, environment)."""
     import shutil
     import tempfile
 
     ray_bin = str(Path(sys.executable).with_name("ray"))
     env = dict(os.environ, RAY_AUTH_MODE="disabled", WUJI_JAX_NO_CACHE="0", WUJI_JAX_CACHE_DIR=data["cache"],
                JAX_ENABLE_X64="1", PYTHONPATH=str(ROOT))
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
+    port, host = _free_port(), _node_ip()
+    address = f"{host}:{port}"
     temp = tempfile.mkdtemp(prefix="wjray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
-    common = ["--num-cpus=1", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+    common = ["--num-cpus=1", "--block", "--disable-usage-stats", f"--node-ip-address={host}"]
     procs = []
     try:
         procs.append(subprocess.Popen(
             [ray_bin, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false",
              f"--dashboard-port={_free_port()}", *common, *_node_ports()],
             env=env, start_new_session=True, stdout=open(tmp_path / "head.log", "w"), stderr=subprocess.STDOUT))
-        _wait_for_port(port, procs[0], tmp_path / "head.log")
+        _wait_for_port(host, port, procs[0], tmp_path / "head.log")
         procs.append(subprocess.Popen(
             [ray_bin, "start", f"--address={address}", *common, *_node_ports()],
             env=env, start_new_session=True, stdout=open(tmp_path / "node.log", "w"), stderr=subprocess.STDOUT))
