@@ -15,7 +15,11 @@ on the same data.
    * ``ray_<layout>``: a driver that starts a local cluster (``ray.init(address="local")``) and calls
      ``solve_dataset_ray(big.npy, ray_<layout>.parquet)`` with the layout's ``workers`` and
      ``cpus_per_worker`` (``default``: neither given; ``WxC``: W workers of C CPUs); it also reports
-     the cluster's start-up and the solve alone.
+     the cluster's start-up and the solve alone;
+   * ``ray_running``: a cluster started before the clock starts (``ray start --head``, all CPUs),
+     then ``python -m wuji_jax --cache-dir <workdir>/xla solve big.npy -o ray_running.parquet
+     --no-plot --quiet --ray auto`` timed as the CLI is, then ``ray stop`` (which stops every Ray
+     cluster of this machine): what a job costs on a cluster that is already up.
 
    ``overhead_vs_cli`` = (cli frames/s) / (ray frames/s) - 1: positive when Ray is slower (medians
    over ``--repeats`` rounds, each round running every configuration once). The load average
@@ -25,7 +29,7 @@ on the same data.
 Writes ``benchmarks/results/ray_<device-kind>.json`` (``ray_<frames>_<device-kind>.json`` when
 ``--frames`` is not 10⁶).
 
-    PYTHONPATH=. python benchmarks/bench_ray.py [--frames 1000000] [--layouts default,2x1] [--chunk-size 4096]
+    PYTHONPATH=. python benchmarks/bench_ray.py [--frames 1000000] [--layouts default,2x1,running] [--chunk-size 4096]
         [--iterations N] [--repeats 1] [--workdir DIR]
 """
 
@@ -107,7 +111,35 @@ def _layout(text: str) -> tuple[int | None, int | None]:
     return int(w), int(c)
 
 
+def _ray_running(data: Path, out: Path, cache: Path, args) -> dict:
+    """Layout ``running``: a cluster already up (``ray start --head``, not timed), then the command
+    line's ``wuji-jax solve ... --ray auto`` timed from outside, then ``ray stop`` (not timed)."""
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    t0 = time.perf_counter()
+    subprocess.run([ray_bin, "start", "--head", f"--num-cpus={os.cpu_count()}", "--include-dashboard=false",
+                    "--disable-usage-stats"], env=_env(), check=True, capture_output=True)
+    start = time.perf_counter() - t0
+    try:
+        cmd = [sys.executable, "-m", "wuji_jax", "--cache-dir", str(cache), "solve", str(data), "-o", str(out),
+               "--no-plot", "--quiet", "--no-resume", "--chunk-size", str(args.chunk_size), "--ray", "auto"]
+        if args.iterations:
+            cmd += ["--iterations", str(args.iterations)]
+        before = _load()
+        wall, _ = _run(cmd, "the CLI with --ray auto")
+    finally:
+        subprocess.run([ray_bin, "stop"], env=_env(), capture_output=True)
+    s = json.loads(out.with_name(out.stem + "_summary.json").read_text())
+    return {"layout": "running", "workers": s["ray"]["workers"], "cpus_per_worker": s["ray"].get("cpus_per_worker"),
+            "wall_s": wall, "frames": s["frames"], "frames_per_s": s["frames"] / wall,
+            "cluster_start_s": start, "cluster_start_timed": False, "solve_s": s["wall_seconds"],
+            "solve_frames_per_s": s["frames"] / s["wall_seconds"], "blocks": s["ray"]["blocks"],
+            "block_size": s["ray"]["block_size"], "batch_size": s["batch_size"], "devices": s["devices"],
+            "command": " ".join(cmd[1:]), "load_before": before, "load_after": _load()}
+
+
 def _ray(data: Path, out: Path, cache: Path, layout: str, args) -> dict:
+    if layout == "running":
+        return _ray_running(data, out, cache, args)
     workers, cpus = _layout(layout)
     spec = {"data": str(data), "out": str(out), "workers": workers, "cpus": cpus, "chunk_size": args.chunk_size,
             "iterations": args.iterations, "cache": str(cache)}
@@ -142,9 +174,11 @@ def _max_diff(a: Path, b: Path) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=float, default=1e6, help="frames in the synthetic dataset (default 1e6)")
-    ap.add_argument("--layouts", default="default,2x1",
-                    help="Ray layouts to time: 'default' (solve_dataset_ray's: one worker per node holding its CPUs) "
-                         "or WxC (W workers of C CPUs); default: default,2x1")
+    ap.add_argument("--layouts", default="default,2x1,running",
+                    help="Ray layouts to time: 'default' (solve_dataset_ray's: one worker per node holding its CPUs), "
+                         "WxC (W workers of C CPUs), both on a cluster the driver starts (timed); 'running': the "
+                         "default layout through 'wuji-jax solve --ray auto' on a cluster started before (not "
+                         "timed; it runs 'ray stop' after); default: default,2x1,running")
     ap.add_argument("--chunk-size", type=int, default=4096)
     ap.add_argument("--iterations", type=int, default=None, help="LM iterations (default: the solver's)")
     ap.add_argument("--workdir", default=None, help="dataset, outputs and the compilation cache (default: temp)")
@@ -187,7 +221,8 @@ def main(argv=None) -> dict:
             r = _ray(data, work / f"ray_{k}.parquet", cache, k, args)
             rays[k].append(r)
             print(f"  {r['frames_per_s']:,.0f} frames/s ({r['wall_s']:.1f} s; cluster start "
-                  f"{r['cluster_start_s']:.1f} s)", flush=True)
+                  f"{r['cluster_start_s']:.1f} s{'' if r.get('cluster_start_timed', True) else ', not timed'})",
+                  flush=True)
     cli_fps = statistics.median(c["frames_per_s"] for c in clis)
     runs = []
     for k in counts:

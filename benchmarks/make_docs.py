@@ -637,7 +637,9 @@ def sec_ray(book: Results, detail: bool) -> str:
             runs = x.get("runs") or [{}]
             label = x.get("layout", x.get("workers"))
             eq = same.get(str(label), {}) if isinstance(same, dict) else {}
-            rows.append([f"Ray, {'default layout' if label == 'default' else f'layout {label}'}",
+            name = {"default": "default layout", "running": "default layout, cluster already running "
+                    "(`--ray auto`; its start not timed)"}.get(str(label), f"layout {label}")
+            rows.append([f"Ray, {name}",
                          f"{x.get('workers')} × {x.get('cpus_per_worker') or 1}", secs(runs[0].get("wall_s")),
                          rate(x.get("frames_per_s")), f"{100 * x['overhead_vs_cli']:+.1f} %"
                          if isinstance(x.get("overhead_vs_cli"), (int, float)) else DASH,

@@ -57,12 +57,10 @@ Ray costs a few seconds to start a local cluster and a few more to start the wor
 each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
 the driver, its statistics and autoscaling actors, the raylet) take a share of the CPUs while the
 workers solve. On one machine it does not beat the plain command line: ``benchmarks/bench_ray.py``
-on 10⁶ frames and 2 cores measured 45.5k frames/s for ``wuji-jax solve`` (22.0 s) against 31.9k
-with the default layout (one worker holding both CPUs; 31.4 s: 3.2 s cluster start, 26.4 s for the
-job, including the worker's start) and 27.2k with two one-CPU workers. On a cluster already
-running (``ray start --head``, then ``wuji-jax solve ... --ray auto``) the job took 30.8-31.9 s
-against 24.7-25.0 s for the plain command line (at cd4412b, before the Inspire commands joined the
-solver's program).
+on 10⁶ frames and 2 cores measured 48.2k frames/s for ``wuji-jax solve`` (20.7 s) against 34.6k
+with the default layout on a cluster the job starts (one worker holding both CPUs; 28.9 s, 3.1 s of
+it the cluster's start), 30.1k with two one-CPU workers, and 36.3k (27.5 s) for ``wuji-jax solve
+... --ray auto`` on a cluster already running.
 Ray is for more machines than one.
 
 (The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
