@@ -76,3 +76,16 @@ def test_big_batches_split_over_devices_and_chunks_give_the_same_answer():
     assert r["max_angle_diff"] < 1e-5 and r["max_kp_diff"] < 1e-6 and r["same_flags"]
     assert r["chunked_angle_diff"] < 1e-5 and r["chunked_same_flags"]
     assert r["max_angle_err"] < 0.02  # noise-free, float32 (the frame with a masked tip aside): the answer itself
+
+
+def test_chunk_and_bucket_sizes_per_platform():
+    """CPU solves chunks of CHUNK_FRAMES (the LM state stays in cache); accelerators chunks of
+    ACCELERATOR_CHUNK_FRAMES, with smaller batches padded to a power of two (few programs, ≤ 2× work)."""
+    from wuji_jax.solver import api
+
+    assert api.chunk_frames("cpu") == api.CHUNK_FRAMES == 256
+    assert api.chunk_frames("gpu") == api.chunk_frames("tpu") == api.ACCELERATOR_CHUNK_FRAMES == 65536
+    cpu, gpu = api.chunk_frames("cpu"), api.chunk_frames("gpu")
+    assert [api._bucket(n, cpu) for n in (1, 64, 65, 256, 257, 10_000)] == [64, 64, 256, 256, 512, 10_240]
+    assert [api._bucket(n, gpu) for n in (1, 64, 65, 300, 1000, 65_536, 65_537, 10**6)] == \
+        [64, 64, 256, 512, 1024, 65_536, 131_072, 16 * 65_536]

@@ -334,14 +334,14 @@ class _Chunk:
 _USED: set = set()  # kernels run in this process (see _Kernel.first_use)
 
 
-def _solve_with_inspire(hand, landmarks, weights, q0, config) -> dict:
+def _solve_with_inspire(hand, landmarks, weights, q0, config, chunk: int | None = None) -> dict:
     """:func:`wuji_jax.solver.solve_chunked` and the Inspire commands of its angles, in one program:
     a second call, on the solver's outputs split over several devices, waited for the solver before
     it returned (8 ms per 512-row batch on 2 CPU devices), where one device's call returns at once."""
     from .inspire import _to_inspire_kernel
     from .solver import solve_chunked
 
-    out = solve_chunked(hand, landmarks, weights, q0, config)
+    out = solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk)
     out["inspire"] = _to_inspire_kernel(hand, out["angles"], None)
     return out
 

@@ -37,12 +37,23 @@ from .lm import Problem, Structure, Variables, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_chunked", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
-           "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES", "BUCKETS"]
+           "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
+           "chunk_frames", "BUCKETS"]
 
 #: frames solved at a time on one device; bigger batches loop over chunks of this size: the LM state
 #: of a chunk stays in the CPU's caches, and each chunk's loop stops when its own frames have converged.
 #: 16,384 real frames on 2 CPU devices (``wj.solve``): 23.4k frames/s with chunks of 256, 8.2k with 2048
 CHUNK_FRAMES = 256
+#: frames solved at a time on one accelerator (GPU, TPU): there the chunk is not kept small for a
+#: cache but large enough to fill the device, at a few kB of LM state per frame. Chosen, not measured:
+#: no accelerator was at hand when the CPU chunk went from 2048 to 256 frames.
+ACCELERATOR_CHUNK_FRAMES = 65536
+
+
+def chunk_frames(platform: str) -> int:
+    """Frames solved at a time on one device of ``platform`` (``"cpu"``, ``"gpu"``, …):
+    :data:`CHUNK_FRAMES` on CPU, :data:`ACCELERATOR_CHUNK_FRAMES` elsewhere."""
+    return CHUNK_FRAMES if platform == "cpu" else ACCELERATOR_CHUNK_FRAMES
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -150,13 +161,15 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
                 converged=converged & valid & finite_fit & ~bad_scale, iterations=iters, flags=flags, cost=c)
 
 
-def solve_chunked(hand, landmarks, weights, q0, config, warm=False) -> dict:
-    """:func:`solve_rows` over equal chunks of at most :data:`CHUNK_FRAMES` frames (``lax.map``; the
-    batch is padded with copies of its last frame to a multiple of the chunk)."""
+def solve_chunked(hand, landmarks, weights, q0, config, warm=False, chunk: int | None = None) -> dict:
+    """:func:`solve_rows` over equal chunks of at most ``chunk`` frames (``lax.map``; the batch is
+    padded with copies of its last frame to a multiple of the chunk). ``chunk`` (static): default
+    :func:`chunk_frames` of JAX's default backend."""
     B = landmarks.shape[0]
-    if B <= CHUNK_FRAMES:
+    chunk = chunk_frames(jax.default_backend()) if chunk is None else int(chunk)
+    if B <= chunk:
         return solve_rows(hand, landmarks, weights, q0, config, warm)
-    n = -(-B // CHUNK_FRAMES)
+    n = -(-B // chunk)
     size = -(-B // n)
     pad = n * size - B
     args = [jnp.concatenate([a, jnp.broadcast_to(a[-1:], (pad,) + a.shape[1:])]) if pad else a
@@ -194,12 +207,15 @@ def solve_batch(hand, lm, weights, q0, config, warm: bool = False) -> IKResult:
 def split_kernel(mesh, warm: bool = False, kernel=None):
     """The solver with every device solving its own rows (``shard_map``: no communication);
     ``warm`` as in :func:`solve_batch`. ``kernel``: another function of the same arguments
-    ``(hand, landmarks, weights, q0, config)`` returning a dict of per-row arrays, split the same way
-    (default :func:`solve_chunked`)."""
+    ``(hand, landmarks, weights, q0, config, chunk=)`` returning a dict of per-row arrays, split the
+    same way (default :func:`solve_chunked`). Each device solves chunks of :func:`chunk_frames` of
+    the mesh's platform."""
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
+    chunk = chunk_frames(mesh.devices.flat[0].platform)
     kernel = functools.partial(solve_chunked, warm=bool(warm)) if kernel is None else kernel
+    kernel = functools.partial(kernel, chunk=chunk)
     return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
                                  check_vma=False))
 
@@ -336,13 +352,17 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
 BUCKETS = (64,)
 
 
-def _bucket(frames: int) -> int:
+def _bucket(frames: int, chunk: int) -> int:
     """The batch size a flat batch of ``frames`` is padded to: the first of :data:`BUCKETS` that holds
-    it, else a multiple of :data:`CHUNK_FRAMES` (solved as that many calls of one program)."""
+    it, else a multiple of the ``chunk`` (:func:`chunk_frames`; solved as that many calls of one
+    program). Where the chunk is larger than :data:`CHUNK_FRAMES` (accelerators), a batch smaller
+    than one chunk is padded to a power of two: a few programs for any size, at most 2× the work."""
     for b in BUCKETS:
-        if frames <= b < CHUNK_FRAMES:
+        if frames <= b < chunk:
             return b
-    return -(-frames // CHUNK_FRAMES) * CHUNK_FRAMES
+    if frames < chunk and chunk > CHUNK_FRAMES:
+        return max(CHUNK_FRAMES, 1 << (frames - 1).bit_length())
+    return -(-frames // chunk) * chunk
 
 
 def _solve_bucketed(hand, lm, weights, q0a, cfg, warm) -> IKResult:
@@ -353,14 +373,15 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm) -> IKResult:
     weights, q0a = default_inputs(hand, lm, weights, q0a, np)
     batch = lm.shape[:-2]
     flat = math.prod(batch)
-    size = _bucket(flat)
+    chunk = chunk_frames(jax.default_backend())
+    size = _bucket(flat, chunk)
     pad = size - flat
     lm = lm.reshape(flat, 21, 3)
     weights, q0a = (a.reshape((flat,) + a.shape[len(batch):]) for a in (weights, q0a))
     if pad:
         lm = np.concatenate([lm, np.full((pad, 21, 3), np.nan, lm.dtype)])
         weights, q0a = (np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)]) for a in (weights, q0a))
-    piece = min(size, CHUNK_FRAMES)
+    piece = min(size, chunk)
     outs = []
     for i in range(0, size, piece):
         args = (hand, lm[i:i + piece], weights[i:i + piece], q0a[i:i + piece], cfg)
