@@ -108,8 +108,10 @@ def contract(a, b, axis):
     slices: ``total(a * b, axis)`` without the product ever stored.
 
     Where the product of whole arrays has several users (one per slice), XLA:CPU writes it to memory
-    before adding its slices (a ``(4, 7, 7, 5, 256)`` temporary for the Schur complement of a 256-frame
-    chunk); products of slices fuse with their sum into one loop.
+    before adding its slices (for the forward kinematics of a 256-frame chunk, a ``(3, 3, 3, 5, 256)``
+    temporary per link); products of slices fuse with their sum into one loop. ``matmul``, ``matvec``,
+    ``matTvec`` and ``dot`` use it: the solver at 256 frames per chunk took 34 µs per frame instead
+    of 38 (one CPU device), and its 64-frame program about 5 % longer to compile (more operations).
     """
     nd = max(a.ndim, b.ndim)
     a = a.reshape((1,) * (nd - a.ndim) + a.shape)
