@@ -6,7 +6,9 @@
 * :mod:`.api`: :func:`solve`, :func:`landmark_loss`, :func:`solve_optax`, :func:`pose_from_palm`.
 """
 
+from .api import ACCELERATOR_CHUNK_FRAMES as ACCELERATOR_CHUNK_FRAMES
 from .api import CHUNK_FRAMES as CHUNK_FRAMES
+from .api import chunk_frames as chunk_frames
 from .api import check_solver_input as check_solver_input
 from .api import landmark_loss as landmark_loss
 from .api import neutral_angles as neutral_angles
@@ -31,7 +33,7 @@ from .config import SolverConfig as SolverConfig
 
 __all__ = [
     "SolverConfig", "IKResult", "solve", "solve_rows", "solve_chunked", "split_kernel", "solve_checked", "landmark_loss", "solve_optax",
-    "pose_from_palm", "neutral_angles", "check_solver_input", "pick_side", "CHUNK_FRAMES",
+    "pose_from_palm", "neutral_angles", "check_solver_input", "pick_side", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES", "chunk_frames",
     "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL", "FLAG_MIRRORED", "FLAG_NOT_FINITE",
     "FLAG_DEGENERATE", "DEGENERATE_SPREAD", "FLAG_NAMES",
 ]
