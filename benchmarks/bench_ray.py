@@ -90,11 +90,15 @@ def _run(cmd: list[str], what: str) -> tuple[float, str]:
     return wall, r.stdout
 
 
-def _cli(data: Path, out: Path, cache: Path, args) -> dict:
+def _cli_cmd(data: Path, out: Path, cache: Path, args, *extra: str) -> list[str]:
+    """``python -m wuji_jax --cache-dir CACHE solve DATA -o OUT --no-plot --quiet ...`` (+ ``extra``)."""
     cmd = [sys.executable, "-m", "wuji_jax", "--cache-dir", str(cache), "solve", str(data), "-o", str(out),
-           "--no-plot", "--quiet", "--no-resume", "--chunk-size", str(args.chunk_size)]
-    if args.iterations:
-        cmd += ["--iterations", str(args.iterations)]
+           "--no-plot", "--quiet", "--no-resume", "--chunk-size", str(args.chunk_size), *extra]
+    return cmd + (["--iterations", str(args.iterations)] if args.iterations else [])
+
+
+def _cli(data: Path, out: Path, cache: Path, args) -> dict:
+    cmd = _cli_cmd(data, out, cache, args)
     before = _load()
     wall, _ = _run(cmd, "the CLI")
     s = json.loads(out.with_name(out.stem + "_summary.json").read_text())
@@ -120,10 +124,7 @@ def _ray_running(data: Path, out: Path, cache: Path, args) -> dict:
                     "--disable-usage-stats"], env=_env(), check=True, capture_output=True)
     start = time.perf_counter() - t0
     try:
-        cmd = [sys.executable, "-m", "wuji_jax", "--cache-dir", str(cache), "solve", str(data), "-o", str(out),
-               "--no-plot", "--quiet", "--no-resume", "--chunk-size", str(args.chunk_size), "--ray", "auto"]
-        if args.iterations:
-            cmd += ["--iterations", str(args.iterations)]
+        cmd = _cli_cmd(data, out, cache, args, "--ray", "auto")
         before = _load()
         wall, _ = _run(cmd, "the CLI with --ray auto")
     finally:

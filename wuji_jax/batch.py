@@ -114,12 +114,13 @@ __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_
 DEFAULT_CHUNK_SIZE = 4096
 
 
-def _cpu_batch(devices: int) -> int:
-    """Rows per kernel call on CPU: one solver chunk (``CHUNK_FRAMES``) per device, so that the kernel
-    is the solver on one chunk per device, without the loop over chunks (see the module docstring)."""
-    from .solver import CHUNK_FRAMES
+def _default_batch(chunk_size: int, platform: str, devices: int) -> int:
+    """Rows per kernel call when not given: on CPU one solver chunk (``chunk_frames("cpu")``) per
+    device, so that the kernel is the solver on one chunk per device, without the loop over chunks
+    (see the module docstring); on accelerators the whole chunk of ``chunk_size`` frames."""
+    from .solver import chunk_frames
 
-    return CHUNK_FRAMES * devices
+    return min(chunk_size, chunk_frames("cpu") * devices) if platform == "cpu" else chunk_size
 
 
 _MANIFEST_VERSION = 1
@@ -369,6 +370,7 @@ class _Kernel:
         self.cfg = self.put(config.as_arrays(self.dtype), self.same)
         self.ones = self.put(np.ones((batch_size, 21), self.dtype), self.rows)
         self._hands: dict[str, tuple] = {}
+        self._programs: dict[bool, Any] = {}  # with/without Inspire → the compiled call (fixed shapes)
 
     def first_use(self, side: str) -> bool:
         """Whether this process has not run the kernel for ``side`` at this shape yet (then the call
@@ -427,7 +429,10 @@ class _Kernel:
         for s in range(0, padded, self.batch):
             xs = self.put(x[s:s + self.batch], self.rows)
             args = (hand, xs, self.ones, q0, self.cfg)
-            outs.append(cached_program(kernel, "solve_inspire" if inspire else "solve_chunked", *args)(*args))
+            if inspire not in self._programs:  # the batch's shapes never change: look the program up once
+                self._programs[inspire] = cached_program(kernel, "solve_inspire" if inspire else "solve_chunked",
+                                                         *args)
+            outs.append(self._programs[inspire](*args))
         return outs
 
     def collect(self, outs: list, n: int) -> dict[str, np.ndarray]:
@@ -719,7 +724,7 @@ def solve_dataset(
         raise ValueError("devices is empty")
     nd = len(devices)
     if batch_size is None:
-        batch_size = min(chunk_size, _cpu_batch(nd)) if devices[0].platform == "cpu" else chunk_size
+        batch_size = _default_batch(chunk_size, devices[0].platform, nd)
     batch_size = -(-max(int(batch_size), 1) // nd) * nd
     dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
 

@@ -469,7 +469,7 @@ def solve_dataset_ray(
             raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
         k = 1 if gpu else _cpus_per_worker(ray, cpus_per_worker)
         if batch_size is None:
-            batch_size = min(chunk_size, _batch._cpu_batch(k)) if not gpu else chunk_size
+            batch_size = _batch._default_batch(chunk_size, "gpu" if gpu else "cpu", k)
         batch_size = -(-max(int(batch_size), 1) // k) * k  # a multiple of the worker's devices
         if workers is None:
             workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)) // k, 1)
