@@ -1,123 +1,289 @@
-"""One-shot accelerator run: FK and IK throughput over batch sizes, IK accuracy, real-data residual.
+"""One-shot accelerator run: the solver's accuracy and speed on a lent GPU, at the default settings.
 
-Meant for a lent GPU with a short time budget: every stage is timed and skipped once ``--budget``
-seconds are spent. Writes ``benchmarks/results/gpu_<device>.json`` (or ``--out``).
+Meant for a device lease of a few minutes: every stage is timed and skipped (and named in
+``skipped``) once less than its need is left of ``--budget`` seconds; a failing stage is recorded and
+the run goes on. Stages:
 
-    PYTHONPATH=. python benchmarks/bench_gpu.py --out $OUT/gpu.json
+* **accuracy**: ``wj.solve`` on dex-retargeting's recording (``--dexret``) and the bundled sample:
+  per-frame RMS residual median / p95 / max, median keypoint error, converged frames, the fist frames'
+  Inspire thumb rotation; with ``--expected`` (an ``.npz`` of the CPU's angles for the same frames),
+  the largest angle difference GPU − CPU. A noise-free round trip (one chunk of synthetic frames).
+* **variants**: frames/s of the solver kernel (inputs already on the device) at batch ``--frames``
+  (the real recording tiled), for the chunk sizes in ``--chunks``, each with its compile time.
+* **public**: ``wj.solve`` + ``wj.inspire.to_inspire`` on numpy landmarks (transfers included), the
+  user's call, at batch ``--frames``: real frames tiled, and synthetic frames with 1 mm noise.
+* **profile** (``--profile``): a ``jax.profiler`` trace of one kernel call (Perfetto JSON) and the
+  compiled program's HLO, for reading which kernels take the time.
+* **fk**: ``wj.forward_keypoints`` at batch ``--frames``.
+* **cli**: ``wuji-jax solve`` on ``--frames`` frames in a ``.npy``, cold and warm compilation cache.
+
+    PYTHONPATH=. python benchmarks/bench_gpu.py --out-dir $OUT --dexret .gpudata/dexret_human_joint_right.npy
+
+Writes ``gpu_<device>.json`` (into ``--out-dir``, default ``benchmarks/results/``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gzip
 import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
 import _util  # noqa: E402
 
-import wuji_jax as wj  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def synthetic(hand, n, seed=0, noise=0.0):
-    rng = np.random.default_rng(seed)
-    lo, hi = np.asarray(hand.lower), np.asarray(hand.upper)
-    q = rng.uniform(lo + 0.02, hi - 0.02, (n, 20)).astype(np.float32)
-    kp = np.asarray(wj.forward_keypoints(hand, jnp.asarray(q)))
-    A = rng.normal(size=(n, 3, 3))
-    R, _ = np.linalg.qr(A)
-    R *= np.sign(np.linalg.det(R))[:, None, None]
-    s = rng.uniform(0.8, 1.2, n)
-    t = rng.normal(size=(n, 3)) * 0.3
-    y = s[:, None, None] * np.einsum("bij,bkj->bki", R, kp) + t[:, None] + rng.normal(0, noise, (n, 21, 3))
-    return q, y.astype(np.float32)
+class Run:
+    """Stages under a time budget: each is recorded, skipped when too little time is left, or its
+    error noted."""
+
+    def __init__(self, budget: float):
+        self.start = time.perf_counter()
+        self.budget = budget
+        self.out: dict = {"skipped": [], "errors": {}}
+
+    def left(self) -> float:
+        return self.budget - (time.perf_counter() - self.start)
+
+    def stage(self, name: str, need: float, fn, *args, **kw):
+        if self.left() < need:
+            self.out["skipped"].append(f"{name} (needs ~{need:.0f} s, {self.left():.0f} s left)")
+            print(f"[skip] {name}", flush=True)
+            return None
+        t0 = time.perf_counter()
+        print(f"[stage] {name} ({self.left():.0f} s left)", flush=True)
+        try:
+            res = fn(*args, **kw)
+        except Exception as e:  # a lease is short: note the failure, run the other stages
+            self.out["errors"][name] = f"{type(e).__name__}: {e}"[:2000]
+            traceback.print_exc()
+            return None
+        print(f"[done] {name} in {time.perf_counter() - t0:.1f} s: {json.dumps(res)[:600]}", flush=True)
+        return res
 
 
-def timed(fn, *args, repeats=3):
+def nvidia_smi() -> str | None:
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        return p.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def timed(fn, *args, repeats: int = 3):
+    """(first call s, median of ``repeats`` later calls s, last result)."""
     t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
+    r = jax.block_until_ready(fn(*args))
     first = time.perf_counter() - t0
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
+        r = jax.block_until_ready(fn(*args))
         ts.append(time.perf_counter() - t0)
-    return first, float(np.median(ts))
+    return first, float(np.median(ts)), r
+
+
+def accuracy(hand, y, name, expected=None, fist=slice(258, 281)):
+    import wuji_jax as wj
+
+    t0 = time.perf_counter()
+    r = jax.block_until_ready(wj.solve(hand, y))
+    first = time.perf_counter() - t0
+    res = np.asarray(r.residual) * 1e3
+    err = np.asarray(r.errors) * 1e3
+    out = dict(recording=name, frames=len(y), first_call_s=first, residual_median_mm=float(np.median(res)),
+               residual_p95_mm=float(np.percentile(res, 95)), residual_max_mm=float(res.max()),
+               frames_above_12mm=int((res > 12).sum()), keypoint_error_median_mm=float(np.median(err[err > 0])),
+               converged_fraction=float(np.mean(r.converged)), iterations_mean=float(np.mean(r.iterations)))
+    if len(y) > fist.stop:
+        rot = np.asarray(wj.inspire.to_inspire(r.angles))[fist, 5]
+        out.update(fist_thumb_rotation_mean=float(rot.mean()), fist_thumb_rotation_max=float(rot.max()))
+    if expected is not None:
+        d = np.degrees(np.abs(np.asarray(r.angles, np.float64) - expected["angles"]))
+        out.update(vs_cpu_angle_diff_max_deg=float(d.max()), vs_cpu_angle_diff_p99_deg=float(np.percentile(d, 99)),
+                   vs_cpu_residual_diff_max_mm=float(np.abs(res - expected["residual"] * 1e3).max()))
+    return out
+
+
+def round_trip(hand, n):
+    import wuji_jax as wj
+
+    q, y = _util.round_trip_data(hand, n, seed=0)
+    r = wj.solve(hand, y.astype(np.float32))
+    err = np.degrees(np.abs(np.asarray(r.angles, np.float64) - q))
+    return dict(frames=n, joint_error_median_deg=float(np.median(err)), joint_error_p99_deg=float(np.percentile(err, 99)),
+                residual_p99_mm=float(np.percentile(np.asarray(r.residual) * 1e3, 99)),
+                converged_fraction=float(np.mean(r.converged)))
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(chunk: int):
+    """The solver on device-resident inputs, chunks of ``chunk`` frames (one jit per chunk size)."""
+    from wuji_jax.solver import api
+
+    def f(hand, lm, cfg):
+        w, q0 = api.default_inputs(hand, lm, None, None, jnp)
+        return api.solve_chunked(hand, lm, w, q0, cfg, False, chunk=chunk)
+
+    return jax.jit(f)
+
+
+def variants(hand, y, chunks, run):
+    from wuji_jax.solver import api
+
+    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
+    lm = jax.device_put(jnp.asarray(y))
+    rows = []
+    for chunk in chunks:
+        if run.left() < 40:
+            run.out["skipped"].append(f"variant chunk {chunk}")
+            continue
+        f = kernel(chunk)
+        first, med, r = timed(f, hand, lm, cfg)
+        row = dict(chunk=chunk, frames=len(y), compile_and_first_s=first, median_s=med, frames_per_s=len(y) / med,
+                   iterations_mean=float(jnp.mean(r["iterations"])),
+                   residual_p95_mm=float(jnp.percentile(r["residual"], 95) * 1e3))
+        rows.append(row)
+        print("  variant", row, flush=True)
+    return rows
+
+
+def public(hand, y, name):
+    import wuji_jax as wj
+
+    run = lambda: wj.inspire.to_inspire(wj.solve(hand, y).angles)  # noqa: E731
+    first, med, _ = timed(run, repeats=3)
+    solve_only = timed(lambda: wj.solve(hand, y), repeats=3)[1]
+    return dict(data=name, frames=len(y), first_call_s=first, solve_inspire_median_s=med,
+                solve_inspire_frames_per_s=len(y) / med, solve_median_s=solve_only, solve_frames_per_s=len(y) / solve_only)
+
+
+def profile(hand, y, chunk, out_dir: Path):
+    from wuji_jax.solver import api
+
+    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
+    lm = jax.device_put(jnp.asarray(y))
+    f = kernel(chunk)
+    jax.block_until_ready(f(hand, lm, cfg))
+    hlo = f.lower(hand, lm, cfg).compile().as_text()
+    with gzip.open(out_dir / "gpu_hlo.txt.gz", "wt") as fh:
+        fh.write(hlo)
+    tmp = Path(tempfile.mkdtemp())
+    with jax.profiler.trace(str(tmp), create_perfetto_trace=True):
+        jax.block_until_ready(f(hand, lm, cfg))
+    traces = sorted(tmp.rglob("*.json.gz"))
+    if traces:
+        shutil.copy(traces[0], out_dir / "gpu_trace.json.gz")
+    return dict(frames=len(y), chunk=chunk, hlo_chars=len(hlo), trace=[str(p.relative_to(tmp)) for p in traces])
+
+
+def fk(hand, n):
+    import wuji_jax as wj
+
+    q = jax.random.uniform(jax.random.PRNGKey(0), (n, hand.num_joints), jnp.float32,
+                           jnp.asarray(hand.lower), jnp.asarray(hand.upper))
+    first, med, _ = timed(lambda q: wj.forward_keypoints(hand, q), q)
+    return dict(batch=n, first_call_s=first, median_s=med, sets_per_s=n / med)
+
+
+def cli(y):
+    tmp = Path(tempfile.mkdtemp())
+    np.save(tmp / "big.npy", y)
+    env = dict(os.environ, WUJI_JAX_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT))
+    runs = []
+    for label in ("cold", "warm"):
+        out = tmp / f"out_{label}.parquet"
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "wuji_jax", "solve", str(tmp / "big.npy"), "-o", str(out), "--quiet"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        wall = time.perf_counter() - t0
+        runs.append(dict(cache=label, wall_s=wall, frames_per_s=len(y) / wall, rc=p.returncode,
+                         tail=(p.stdout + p.stderr)[-600:]))
+        print("  cli", runs[-1], flush=True)
+    return runs
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--budget", type=float, default=420.0, help="seconds before remaining stages are skipped")
-    ap.add_argument("--out", default=None)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--budget", type=float, default=330.0, help="seconds before the remaining stages are skipped")
+    ap.add_argument("--out-dir", default=None, help="folder for the JSON (and the profile files)")
+    ap.add_argument("--frames", type=int, default=1 << 20, help="batch of the speed stages")
+    ap.add_argument("--chunks", default="65536,16384,262144,1048576", help="chunk sizes of the variants stage")
+    ap.add_argument("--dexret", default=str(_util.DEXRET_RECORDING), help="dex-retargeting's recording (.npy)")
+    ap.add_argument("--expected", default=None, help=".npz with the CPU's 'angles' and 'residual' on --dexret")
+    ap.add_argument("--round-trip", type=int, default=65536, help="frames of the noise-free round trip")
+    ap.add_argument("--profile", action="store_true", help="write a profiler trace and the compiled HLO")
+    ap.add_argument("--no-cli", action="store_true")
     args = ap.parse_args(argv)
-    start = time.perf_counter()
-    left = lambda: args.budget - (time.perf_counter() - start)
+
+    import wuji_jax as wj
+
+    run = Run(args.budget)
+    out_dir = Path(args.out_dir) if args.out_dir else _util.RESULTS
+    out_dir.mkdir(parents=True, exist_ok=True)
     hand = wj.load_hand("right")
-    info = _util.hardware_info()
-    out = {"hardware": info, "fk": [], "ik": [], "accuracy": {}, "real_data": {}, "skipped": []}
-    print("device:", jax.devices()[0], flush=True)
+    out = run.out
+    out["hardware"] = _util.hardware_info()
+    out["nvidia_smi"] = nvidia_smi()
+    out["config"] = {k: (v.item() if hasattr(v, "item") else v) for k, v in wj.SolverConfig().numbers().items()}
+    out["accelerator_chunk_frames"] = wj.solver.ACCELERATOR_CHUNK_FRAMES
+    print("device:", jax.devices()[0], out["nvidia_smi"], flush=True)
 
-    for B in [10**4, 10**5, 10**6, 10**7]:
-        if left() < 30:
-            out["skipped"].append(f"fk batch {B}")
-            continue
-        q = jax.random.uniform(jax.random.PRNGKey(0), (B, 20), jnp.float32)
-        first, med = timed(wj.forward_keypoints, hand, q)
-        row = {"batch": B, "median_s": med, "first_call_s": first, "sets_per_s": B / med}
-        out["fk"].append(row)
-        print("FK", row, flush=True)
+    dexret = Path(args.dexret)
+    real = _util.load_recording(_util.bundled_recording())
+    recordings = {"bundled sample": real}
+    if dexret.exists():
+        recordings = {"dexret_human_joint_right": np.load(dexret).astype(np.float32), **recordings}
+    expected = dict(np.load(args.expected)) if args.expected else None
+    out["accuracy"] = [run.stage(f"accuracy {k}", 30, accuracy, hand, v, k, expected if k.startswith("dexret") else None)
+                       for k, v in recordings.items()]
+    out["round_trip"] = run.stage("round trip", 30, round_trip, hand, args.round_trip)
 
-    q_acc, y_acc = synthetic(hand, 100_000, seed=1)
-    for B in [10**4, 10**5, 10**6, 10**7]:
-        if left() < 60:
-            out["skipped"].append(f"ik batch {B}")
-            continue
-        reps = int(np.ceil(B / len(y_acc)))
-        y = jnp.asarray(np.tile(y_acc, (reps, 1, 1))[:B])
-        try:
-            first, med = timed(lambda y: wj.solve(hand, y, check_units=False), y, repeats=2)
-        except Exception as e:  # out of memory at the largest batch: record and go on
-            out["skipped"].append(f"ik batch {B}: {type(e).__name__}: {str(e)[:200]}")
-            print("IK", B, "failed", e, flush=True)
-            continue
-        row = {"batch": B, "median_s": med, "first_call_s": first, "frames_per_s": B / med, "iterations": 20}
-        out["ik"].append(row)
-        print("IK", row, flush=True)
+    base = next(iter(recordings.values()))
+    tiled = np.resize(base, (args.frames, 21, 3)).astype(np.float32)
+    chunks = [int(c) for c in args.chunks.split(",") if c]
+    out["variants"] = run.stage("variants", 40, variants, hand, tiled, chunks, run)
+    out["public"] = [run.stage("public real", 40, public, hand, tiled, "real frames tiled")]
+    _, noisy = _util.round_trip_data(hand, args.frames, seed=3, noise=0.001)
+    out["public"].append(run.stage("public synthetic", 40, public, hand, noisy.astype(np.float32), "synthetic, 1 mm noise"))
+    if args.profile:
+        out["profile"] = run.stage("profile", 20, profile, hand, tiled, wj.solver.ACCELERATOR_CHUNK_FRAMES, out_dir)
+    out["fk"] = run.stage("fk", 15, fk, hand, args.frames)
+    if not args.no_cli:
+        out["cli"] = run.stage("cli", 90, cli, tiled)
+    out["wall_s"] = time.perf_counter() - run.start
+    name = f"gpu_{_util.slug(jax.devices()[0].device_kind)}.json"
+    (out_dir / name).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
-    for noise in [0.0, 0.001, 0.003]:
-        if left() < 20:
-            out["skipped"].append(f"accuracy noise {noise}")
-            continue
-        q, y = synthetic(hand, 100_000, seed=2, noise=noise)
-        r = wj.solve(hand, y, check_units=False)
-        err = np.degrees(np.abs(np.asarray(r.angles) - q))
-        acc = {"median_deg": float(np.median(err)), "p99_deg": float(np.percentile(err, 99)),
-               "residual_p99_mm": float(np.percentile(np.asarray(r.residual), 99) * 1e3)}
-        out["accuracy"][f"noise_{noise * 1e3:g}mm"] = acc
-        print("accuracy", noise, acc, flush=True)
-
-    data = Path("/work/shared/data/dexret_human_joint_right.npy")
-    local = Path(".gpudata/dexret_human_joint_right.npy")  # a copy carried to the GPU machine
-    for p in (data, local):
-        if p.exists() and left() > 10:
-            d = np.load(p).astype(np.float32)
-            r = wj.solve(hand, d)
-            out["real_data"] = {"file": p.name, "frames": int(len(d)),
-                                "median_keypoint_error_mm": float(np.median(np.asarray(r.errors)) * 1e3),
-                                "median_rms_residual_mm": float(np.median(np.asarray(r.residual)) * 1e3)}
-            print("real", out["real_data"], flush=True)
-            break
-    out["wall_s"] = time.perf_counter() - start
-    text = json.dumps(out, indent=1)
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        _util.write_json("gpu", out)
+    print("\n== summary ==")
+    for a in out["accuracy"] or []:
+        if a:
+            print(f"accuracy {a['recording']}: residual p95 {a['residual_p95_mm']:.2f} max {a['residual_max_mm']:.2f} mm, "
+                  f"keypoint median {a['keypoint_error_median_mm']:.2f}, vs CPU {a.get('vs_cpu_angle_diff_max_deg')}")
+    for v in out["variants"] or []:
+        print(f"kernel chunk {v['chunk']:>8}: {v['frames_per_s'] / 1e6:7.2f} M frames/s, compile+first "
+              f"{v['compile_and_first_s']:.1f} s, iterations {v['iterations_mean']:.1f}")
+    for p in out["public"]:
+        if p:
+            print(f"public {p['data']}: solve+to_inspire {p['solve_inspire_frames_per_s'] / 1e6:.2f} M frames/s, "
+                  f"solve {p['solve_frames_per_s'] / 1e6:.2f} M/s")
+    print("skipped:", out["skipped"], "errors:", list(out["errors"]))
     return out
 
 
