@@ -205,7 +205,10 @@ def fk(hand, n):
 def cli(y):
     tmp = Path(tempfile.mkdtemp())
     np.save(tmp / "big.npy", y)
-    env = dict(os.environ, WUJI_JAX_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT))
+    # the CLI as its own process: this one holds most of the GPU's memory (JAX preallocates 75 %), so
+    # the child allocates as it goes instead
+    env = dict(os.environ, WUJI_JAX_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT),
+               XLA_PYTHON_CLIENT_PREALLOCATE="false")
     runs = []
     for label in ("cold", "warm"):
         out = tmp / f"out_{label}.parquet"

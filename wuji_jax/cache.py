@@ -181,7 +181,7 @@ def cached_program(fn, name: str, *args):
             _programs[fn] = jax.jit(fn)
         return _programs[fn]
     leaves, tree = jax.tree_util.tree_flatten(args)
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)) for x in leaves]
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=_sharding(x)) for x in leaves]
     ident = repr((name, getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""), str(tree),
                   [(s.shape, str(s.dtype), str(s.sharding)) for s in specs], jax.__version__,
                   _jaxlib_version(), bool(jax.config.jax_enable_x64),
@@ -213,6 +213,15 @@ def cached_program(fn, name: str, *args):
         call = jax.jit(fn)
     _programs[key] = call
     return call
+
+
+def _sharding(x):
+    """``x``'s sharding where it spans several devices; None for numpy and one-device arrays, so that
+    they share one program (both run on the default device)."""
+    import jax
+
+    sharding = getattr(x, "sharding", None)
+    return None if isinstance(sharding, jax.sharding.SingleDeviceSharding) else sharding
 
 
 def _write(path: Path, data: bytes) -> None:

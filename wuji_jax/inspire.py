@@ -210,10 +210,18 @@ def _check_angles(hand: HandModel, angles, name: str = "angles") -> jax.Array:
             f"{name} must have shape (*batch, {n}) (radians, order hand.joint_names); got shape {tuple(a.shape)}"
         )
     if not _is_tracer(a):
-        bad = int(np.size(a) - np.count_nonzero(np.isfinite(np.asarray(a))))
+        bad = _non_finite(a)
         if bad:
             raise ValueError(f"{name} contain {bad} non-finite value(s) (NaN or inf)")
     return a
+
+
+def _non_finite(a: jax.Array) -> int:
+    """The number of NaN/inf entries of a concrete array, counted where it lives: on an accelerator
+    only the count comes back to the host (a copy of 2²⁰ frames' angles took 90 ms on an H200's host)."""
+    if any(d.platform != "cpu" for d in a.devices()):
+        return int(a.size - jnp.count_nonzero(jnp.isfinite(a)))
+    return int(np.size(a) - np.count_nonzero(np.isfinite(np.asarray(a))))
 
 
 def _closure_kernel(hand: HandModel, q: jax.Array) -> jax.Array:
