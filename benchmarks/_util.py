@@ -69,9 +69,9 @@ REPO = Path(__file__).resolve().parent.parent
 def git_state() -> dict[str, Any]:
     """The code a result describes: ``git_commit`` (``git rev-parse --short HEAD``) and ``git_dirty``
     (True when tracked files of ``wuji_jax/``, the measured package, differ from that commit: modified
-    or staged; an untracked new file that no tracked one imports changes nothing). Outside a git
-    checkout (a copy of the tree on another machine) the commit is ``$WUJI_JAX_GIT_COMMIT`` if set,
-    and ``git_dirty`` None."""
+    or staged; an untracked new file that no tracked one imports changes nothing). ``$WUJI_JAX_GIT_COMMIT``,
+    where set, names the commit instead (a copy of the tree on another machine, whose ``.git`` may be
+    stale), with ``git_dirty`` None; outside a git checkout without it both are None."""
 
     def git(*args: str) -> str | None:
         try:
@@ -80,9 +80,11 @@ def git_state() -> dict[str, Any]:
             return None
         return p.stdout.strip() if p.returncode == 0 else None
 
+    if os.environ.get("WUJI_JAX_GIT_COMMIT"):  # named by whoever copied the tree (a device machine's copy)
+        return {"git_commit": os.environ["WUJI_JAX_GIT_COMMIT"], "git_dirty": None}
     commit = git("rev-parse", "--short", "HEAD")
     if not commit:
-        return {"git_commit": os.environ.get("WUJI_JAX_GIT_COMMIT") or None, "git_dirty": None}
+        return {"git_commit": None, "git_dirty": None}
     status = git("status", "--porcelain", "--untracked-files=no", "--", "wuji_jax")
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 

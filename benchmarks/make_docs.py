@@ -94,7 +94,8 @@ SCRIPTS = {
 }
 #: the result files written in the current layout by scripts of the current solver; the others in
 #: ``results/`` (ik, gpu, batch, latency, and ``-partial`` robustness runs) are left out
-CURRENT_FORMAT = ("core", "vs_dexi", "pipeline", "parquet_rss", "robustness", "robustness-quick", "ray", "fk", "vs_dexret")
+CURRENT_FORMAT = ("core", "vs_dexi", "pipeline", "parquet_rss", "robustness", "robustness-quick", "ray", "fk", "vs_dexret",
+                  "gpu")
 #: results without a recorded commit count only when measured after this commit: "Default iterations 12"
 #: (the solver's current defaults, after the core rebuild d6f9a4d)
 SOLVER_SINCE = "264bd76"
@@ -651,6 +652,52 @@ def sec_ray(book: Results, detail: bool) -> str:
     return "\n\n".join(out)
 
 
+def sec_gpu(book: Results, detail: bool) -> str:
+    """The accelerator run (``bench_gpu.py``): accuracy there, the kernel's frames/s per chunk size, the
+    public call, the CLI; with ``detail`` the public call's parts and the profile's top kernels."""
+    out = ["**On a GPU** (`benchmarks/bench_gpu.py`, default settings, float32): batch 2^20 frames."]
+    for r in book.of("gpu"):
+        g = lambda k: get(r, k, book)  # noqa: E731
+        out.append(book.cite(r))
+        acc = [a for a in g("accuracy") or [] if a]
+        out.append(table(["recording", "residual p95 / max mm", "keypoint median mm", "largest angle difference "
+                          "from the CPU's °"],
+                         [[a["recording"], f"{mm(a.get('residual_p95_mm'))} / {mm(a.get('residual_max_mm'))}",
+                           mm(a.get("keypoint_error_median_mm")), f_(a.get("vs_cpu_angle_diff_max_deg"), ".4f")]
+                          for a in acc]))
+        rows = [[f"solver kernel (inputs on the device), chunks of {count(v['chunk'])}", rate(v.get("frames_per_s")),
+                 secs(v.get("compile_and_first_s"))] for v in g("variants") or []]
+        rows += [[f"`wj.solve` + `to_inspire` on numpy, {p['data']}", rate(p.get("solve_inspire_frames_per_s")),
+                  secs(p.get("first_call_s"))] for p in g("public") or [] if p]
+        rows += [[f"`wuji-jax solve` {c['cache']} compilation cache (fresh process, {count(g('variants.0.frames'))} "
+                  "frames .npy → parquet)", rate(c.get("frames_per_s")), secs(c.get("wall_s"))]
+                 for c in g("cli") or []]
+        out.append(table(["", "frames/s", "first call (compile) / wall s"], rows))
+        rt = g("round_trip") or {}
+        out.append(f"Noise-free round trip ({count(rt.get('frames'))} frames): joint error median "
+                   f"{sci(rt.get('joint_error_median_deg'))} °, p99 {sci(rt.get('joint_error_p99_deg'))} °, "
+                   f"converged {pct(rt.get('converged_fraction'))}. FK: {sci(g('fk.sets_per_s'))} keypoint sets/s.")
+        parts = r.data.get("public_breakdown_2pow20")
+        if detail and parts:
+            out.append("Where `wj.solve`'s time goes on numpy input (s, warm medians): input checks on the host "
+                       f"{f_(parts.get('check_input_s'), '.3f')}, the transfer to the device "
+                       f"{f_(parts.get('device_put_s'), '.3f')}, the chunks solved a call each "
+                       f"{f_(parts.get('bucketed_device_input_s'), '.3f')} against "
+                       f"{f_(parts.get('solve_batch_whole_s'), '.3f')} for all chunks in one program; whole call "
+                       f"{f_(parts.get('solve_numpy_s'), '.3f')}.")
+        prof = r.data.get("profile_summary")
+        if detail and prof:
+            out.append(f"Profile ({prof['what']}; commit {prof['commit']}): {count(prof['kernel_launches'])} kernel "
+                       f"launches, {prof['kernels_per_iteration']} per LM iteration, GPU busy {prof['gpu_busy_ms']} "
+                       f"of {prof['span_ms']} ms. The largest kernels:")
+            out.append(table(["kernel", "µs per launch", "share", "launch", "source lines"],
+                             [[k["kernel"], f_(k["us_per_launch"], ".1f"), k["share"], k.get("launch") or DASH,
+                               ", ".join(k["source"])] for k in prof["top_kernels"][:8]], "lrrll"))
+    if len(out) == 1:
+        return ""  # no accelerator run: the section is left out
+    return "\n\n".join(out)
+
+
 def sec_fk(book: Results, detail: bool) -> str:
     out = ["**Forward kinematics**: `wj.forward_keypoints` throughput (keypoint sets/s)."]
     for r in book.of("fk"):
@@ -748,7 +795,7 @@ def readme_region(book: Results, scaling_current: bool) -> str:
         "out, and its rows name the script to run. float32; speeds are warm medians of repeats.",
         sec_first_answer(book, False), sec_accuracy(book, False), sec_speed(book, False),
         sec_vs_dexi(book, False), sec_pipeline(book, False), sec_robustness(book, False), sec_ray(book, False),
-        sec_fk(book, False), sec_vs_dexret(book, False), sec_pictures(scaling_current),
+        sec_gpu(book, False), sec_fk(book, False), sec_vs_dexret(book, False), sec_pictures(scaling_current),
     ]
     return "\n\n".join(p for p in parts if p)
 
@@ -771,7 +818,7 @@ def bench_region(book: Results) -> str:
         h(sec_first_answer(book, True)), h(sec_accuracy(book, True)), h(sec_speed(book, True)),
         h(sec_vs_dexi(book, True)), h(sec_pipeline(book, True)), h(sec_parquet_rss(book, True)),
         h(sec_robustness(book, True)),
-        h(sec_ray(book, True)), h(sec_fk(book, True)), h(sec_vs_dexret(book, True)), h(sec_status(book)),
+        h(sec_ray(book, True)), h(sec_gpu(book, True)), h(sec_fk(book, True)), h(sec_vs_dexret(book, True)), h(sec_status(book)),
     ]
     return "\n\n".join(p for p in parts if p)
 
