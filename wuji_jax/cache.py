@@ -216,12 +216,15 @@ def cached_program(fn, name: str, *args):
 
 
 def _sharding(x):
-    """``x``'s sharding where it spans several devices; None for numpy and one-device arrays, so that
-    they share one program (both run on the default device)."""
+    """``x``'s sharding, or None for numpy and for arrays on one device of JAX's default backend: both
+    run on that backend, and share one program."""
     import jax
 
     sharding = getattr(x, "sharding", None)
-    return None if isinstance(sharding, jax.sharding.SingleDeviceSharding) else sharding
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding) and \
+            next(iter(sharding.device_set)).platform == jax.default_backend():
+        return None
+    return sharding
 
 
 def _write(path: Path, data: bytes) -> None:

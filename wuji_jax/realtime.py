@@ -127,7 +127,7 @@ class FrameSolver:
             rest = iter(rest)
             w = next(rest)[None] if has_weights else None
             q0 = next(rest)[None] if has_q0 else None
-            return solve_batch(hand, lm[None], w, q0, cfg, has_q0)
+            return solve_batch(hand, lm[None], w, q0, cfg, has_q0, platform="cpu")
 
         def kernel(lm, *rest):  # one buffer out: each output of a compiled call costs time on the host
             lo = jnp.min(lm, 0)

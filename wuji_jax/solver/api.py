@@ -190,16 +190,19 @@ def default_inputs(hand, lm, weights, q0, xp):
     return weights, q0
 
 
-@functools.partial(jax.jit, static_argnames=("warm",))
-def solve_batch(hand, lm, weights, q0, config, warm: bool = False) -> IKResult:
+@functools.partial(jax.jit, static_argnames=("warm", "platform"))
+def solve_batch(hand, lm, weights, q0, config, warm: bool = False, platform: str | None = None) -> IKResult:
     """:func:`solve_chunked` for any batch shape; defaults made inside the compiled call (a fresh
     host array costs a transfer per call). ``warm`` (static) selects one of two programs: without it
-    the warm-start comparison is not compiled."""
+    the warm-start comparison is not compiled. ``platform`` (static): the platform the program is
+    compiled for, where not JAX's default backend (its sums are written for it,
+    :func:`wuji_jax.geometry.summing`)."""
     weights, q0 = default_inputs(hand, lm, weights, q0, jnp)
     batch = lm.shape[:-2]
     flat = math.prod(batch)
-    out = solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21), q0.reshape(flat, hand.num_joints),
-                         config, warm)
+    with geo.summing(platform):
+        out = solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21),
+                            q0.reshape(flat, hand.num_joints), config, warm)
     return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
 
 
@@ -213,10 +216,14 @@ def split_kernel(mesh, warm: bool = False, kernel=None):
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
-    chunk = chunk_frames(mesh.devices.flat[0].platform)
+    platform = mesh.devices.flat[0].platform
     kernel = functools.partial(solve_chunked, warm=bool(warm)) if kernel is None else kernel
-    kernel = functools.partial(kernel, chunk=chunk)
-    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
+
+    def per_device(*args):
+        with geo.summing(platform):
+            return kernel(*args, chunk=chunk_frames(platform))
+
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows, rows, P()), out_specs=rows,
                                  check_vma=False))
 
 
