@@ -677,6 +677,17 @@ def sec_gpu(book: Results, detail: bool) -> str:
         out.append(f"Noise-free round trip ({count(rt.get('frames'))} frames): joint error median "
                    f"{sci(rt.get('joint_error_median_deg'))} °, p99 {sci(rt.get('joint_error_p99_deg'))} °, "
                    f"converged {pct(rt.get('converged_fraction'))}. FK: {sci(g('fk.sets_per_s'))} keypoint sets/s.")
+        chk = r.data.get("check_after_summing")
+        if chk:
+            out.append(f"A later check in a fresh process (commit {chk['commit']}: the solver's sums as XLA reductions "
+                       f"on accelerators, `wuji_jax.geometry.summing`): first `wj.solve` (621 frames) "
+                       f"{secs(chk.get('first_solve_621_s'))} s; solver kernel {rate(chk.get('kernel_frames_per_s'))} "
+                       f"frames/s, compiled in {secs(chk.get('kernel_compile_and_first_s'))} s; `wj.solve` + "
+                       f"`to_inspire` on numpy {rate(chk.get('public_solve_inspire_frames_per_s'))} frames/s; residual "
+                       f"p95 / max {mm(chk.get('residual_p95_mm'))} / {mm(chk.get('residual_max_mm'))} mm, angles within "
+                       f"{f_(chk.get('vs_cpu_angle_diff_max_deg'), '.3f')} ° of the CPU's; `FrameSolver` (on the host's "
+                       f"CPU) first frame {secs(chk.get('frame_solver_first_s'))} s, warm median "
+                       f"{ms(chk.get('frame_solver_median_ms'))} ms.")
         parts = r.data.get("public_breakdown_2pow20")
         if detail and parts:
             out.append("Where `wj.solve`'s time goes on numpy input (s, warm medians): input checks on the host "
