@@ -11,7 +11,9 @@ the run goes on. Stages:
 * **variants**: frames/s of the solver kernel (inputs already on the device) at batch ``--frames``
   (the real recording tiled), for the chunk sizes in ``--chunks``, each with its compile time.
 * **public**: ``wj.solve`` + ``wj.inspire.to_inspire`` on numpy landmarks (transfers included), the
-  user's call, at batch ``--frames``: real frames tiled, and synthetic frames with 1 mm noise.
+  user's call, at batch ``--frames``: real frames tiled, and synthetic frames with 1 mm noise; where
+  its time goes (host checks, transfer, chunk calls against one program).
+* **FrameSolver**: first and warm frames (it runs on the host's CPU on every machine).
 * **profile** (``--profile``): a ``jax.profiler`` trace of one kernel call (Perfetto JSON) and the
   compiled program's HLO, for reading which kernels take the time.
 * **fk**: ``wj.forward_keypoints`` at batch ``--frames``.
@@ -174,6 +176,40 @@ def public(hand, y, name):
                 solve_inspire_frames_per_s=len(y) / med, solve_median_s=solve_only, solve_frames_per_s=len(y) / solve_only)
 
 
+def parts(hand, y):
+    """Where ``wj.solve``'s time goes on numpy input: the host-side checks, the transfer, the chunks
+    solved a call each (inputs on the device), all chunks in one program, the whole call (s)."""
+    import wuji_jax as wj
+    from wuji_jax.solver import api
+
+    med = lambda fn: timed(fn)[1]  # noqa: E731 (warm median)
+    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
+    h = hand.replace(name="", side="")
+    dev = jax.device_put(y)
+    whole = jax.jit(lambda h, lm, c: api.solve_batch(h, lm, None, None, c, False))
+    return dict(frames=len(y), check_input_s=med(lambda: api.check_solver_input(hand, y, None, None, True)),
+                device_put_s=med(lambda: jax.device_put(y)),
+                chunk_calls_device_input_s=med(lambda: api._solve_bucketed(h, dev, None, None, cfg, False)),
+                one_program_s=med(lambda: whole(h, dev, cfg)), solve_numpy_s=med(lambda: wj.solve(hand, y)))
+
+
+def frame_solver(hand, frames):
+    """``wj.FrameSolver`` on this machine (it runs on the host's CPU): first frame and warm median."""
+    import wuji_jax as wj
+
+    fs = wj.FrameSolver(hand)
+    t0 = time.perf_counter()
+    fs(frames[0])
+    first = time.perf_counter() - t0
+    lat = []
+    for f in frames:
+        t0 = time.perf_counter()
+        fs(f)
+        lat.append(time.perf_counter() - t0)
+    return dict(frames=len(frames), first_frame_s=first, median_ms=float(np.median(lat) * 1e3),
+                p90_ms=float(np.percentile(lat, 90) * 1e3))
+
+
 def profile(hand, y, chunk, out_dir: Path):
     from wuji_jax.solver import api
 
@@ -265,6 +301,8 @@ def main(argv=None):
     out["public"] = [run.stage("public real", 40, public, hand, tiled, "real frames tiled")]
     _, noisy = _util.round_trip_data(hand, args.frames, seed=3, noise=0.001)
     out["public"].append(run.stage("public synthetic", 40, public, hand, noisy.astype(np.float32), "synthetic, 1 mm noise"))
+    out["parts"] = run.stage("parts of wj.solve", 40, parts, hand, tiled)
+    out["frame_solver"] = run.stage("FrameSolver", 20, frame_solver, hand, base[:300])
     if args.profile:
         out["profile"] = run.stage("profile", 20, profile, hand, tiled, wj.solver.ACCELERATOR_CHUNK_FRAMES, out_dir)
     out["fk"] = run.stage("fk", 15, fk, hand, args.frames)

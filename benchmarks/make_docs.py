@@ -688,14 +688,18 @@ def sec_gpu(book: Results, detail: bool) -> str:
                        f"{f_(chk.get('vs_cpu_angle_diff_max_deg'), '.3f')} ° of the CPU's; `FrameSolver` (on the host's "
                        f"CPU) first frame {secs(chk.get('frame_solver_first_s'))} s, warm median "
                        f"{ms(chk.get('frame_solver_median_ms'))} ms.")
-        parts = r.data.get("public_breakdown_2pow20")
+        parts = r.data.get("parts")
         if detail and parts:
             out.append("Where `wj.solve`'s time goes on numpy input (s, warm medians): input checks on the host "
                        f"{f_(parts.get('check_input_s'), '.3f')}, the transfer to the device "
                        f"{f_(parts.get('device_put_s'), '.3f')}, the chunks solved a call each "
-                       f"{f_(parts.get('bucketed_device_input_s'), '.3f')} against "
-                       f"{f_(parts.get('solve_batch_whole_s'), '.3f')} for all chunks in one program; whole call "
+                       f"{f_(parts.get('chunk_calls_device_input_s'), '.3f')} against "
+                       f"{f_(parts.get('one_program_s'), '.3f')} for all chunks in one program; whole call "
                        f"{f_(parts.get('solve_numpy_s'), '.3f')}.")
+        fs = r.data.get("frame_solver")
+        if fs:
+            out.append(f"`wj.FrameSolver` (it runs on the host's CPU): first frame {secs(fs.get('first_frame_s'))} s, "
+                       f"warm median {ms(fs.get('median_ms'))} ms.")
         prof = r.data.get("profile_summary")
         if detail and prof:
             out.append(f"Profile ({prof['what']}; commit {prof['commit']}): {count(prof['kernel_launches'])} kernel "

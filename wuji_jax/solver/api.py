@@ -377,10 +377,12 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = No
     are invalid and do not keep the solver's loop running); the padding is dropped from the result.
     Batches beyond a chunk (:func:`chunk_frames`) are solved a chunk per call (one program for any
     size). On the CPU, weights and start pose are made here when not given, so one compilation serves
-    every call. On an accelerator the batch crosses to the device once, is sliced there, and missing
-    weights and start pose are made inside the program (a host-made default would cross too: at 2²⁰
-    frames on an H200, the solve took 0.40 s so and its kernel 0.25 s). ``platform``: default JAX's
-    default backend; ``chunk``: default :func:`chunk_frames` of the platform."""
+    every call. On an accelerator the batch crosses to the device once and is sliced there, and
+    missing weights and start pose are made inside the program (none crosses from the host). At 2²⁰
+    frames on an H200 the call took 0.39 s: the input checks on the host 0.041 s, the transfer
+    0.036 s, the 16 chunk calls 0.305 s (one program over all chunks: 0.245 s, but a compilation per
+    batch size). ``platform``: default JAX's default backend; ``chunk``: default :func:`chunk_frames`
+    of the platform."""
     platform = platform or jax.default_backend()
     on_host = platform == "cpu"
     if on_host:
