@@ -403,12 +403,10 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = No
     else:
         lm, weights, q0a = (None if a is None else jax.device_put(a) for a in (lm, weights, q0a))
         part = lambda a, i: a if a is None or piece == size else jax.lax.dynamic_slice_in_dim(a, i, piece)  # noqa: E731
-    outs = []
-    for i in range(0, size, piece):
-        args = (hand, part(lm, i), part(weights, i), part(q0a, i), cfg)
-        # the traced program is kept with the compilation cache when that is on (enable_compilation_cache)
-        outs.append(cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *args)(*args))
-    return _join(tuple(outs), flat, batch)
+    pieces = [(hand, part(lm, i), part(weights, i), part(q0a, i), cfg) for i in range(0, size, piece)]
+    # one program for the equal pieces, kept with the compilation cache when that is on
+    program = cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *pieces[0])
+    return _join(tuple(program(*args) for args in pieces), flat, batch)
 
 
 def _solve_cold(hand, lm, weights, q0, config) -> IKResult:
