@@ -277,3 +277,95 @@ def test_traced_programs_are_kept_and_read_back_without_tracing(tmp_path):
     assert third["traced"] == 1 and third["y"] == first["y"] and files[0].stat().st_size > 100
     off = _program_child(env, "off")
     assert off["traced"] == 1 and off["y"] == first["y"]
+
+
+def test_quick_compile_options(monkeypatch):
+    """quick_compile_options: XLA:CPU's older fusion emitters on the CPU (this jaxlib knows the option),
+    nothing for other platforms or with WUJI_JAX_QUICK_COMPILE=0; an option the jaxlib does not know
+    is refused by the probe instead of failing the solver's compilation."""
+    from wuji_jax import cache
+
+    assert cache.quick_compile_options("cpu") == {"xla_cpu_use_fusion_emitters": False}
+    assert cache.quick_compile_options("gpu") == {}
+    monkeypatch.setenv("WUJI_JAX_QUICK_COMPILE", "0")
+    assert cache.quick_compile_options("cpu") == {}
+    assert cache._accepted((("xla_wuji_no_such_option", True),)) is False
+
+
+def test_cached_program_hands_its_options_to_xla():
+    """cached_program's compiler_options reach XLA (an unknown one fails the call, naming it); the
+    quick options give the same values as the defaults, as separate programs."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from wuji_jax.cache import cached_program, quick_compile_options
+
+    def f(x):
+        return jnp.sin(x) * 2 + x * x
+
+    x = np.arange(8, dtype=np.float32)
+    with pytest.raises(Exception, match="xla_wuji_no_such_option"):
+        cached_program(f, "probe_options", x, compiler_options={"xla_wuji_no_such_option": True})(x)
+    quick = cached_program(f, "probe_options", x, compiler_options=quick_compile_options("cpu"))
+    plain = cached_program(f, "probe_options", x)
+    assert quick is not plain
+    np.testing.assert_allclose(np.asarray(quick(x)), np.asarray(plain(x)), rtol=1e-6)
+
+
+def test_small_programs_are_compiled_quickly(monkeypatch, right):
+    """wj.solve's bucket (≤ 64 frames) and FrameSolver get quick_compile_options; a batch of chunks
+    and a large dataset job keep XLA's defaults."""
+    import numpy as np
+
+    import wuji_jax as wj
+    from wuji_jax import batch, realtime
+    from wuji_jax.solver import api
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def record(fn, name, *args, compiler_options=None):
+        seen[args[1].shape[0]] = compiler_options
+        raise Stop
+
+    monkeypatch.setattr(api, "cached_program", record)
+    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
+    for frames in (5, 300):
+        with pytest.raises(Stop):
+            api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
+    assert seen == {64: {"xla_cpu_use_fusion_emitters": False}, 256: None}
+
+    # FrameSolver compiles with the options it is given: an unknown one fails, naming it
+    monkeypatch.setattr(realtime, "quick_compile_options", lambda platform: {"xla_wuji_no_such_option": True})
+    with pytest.raises(Exception, match="xla_wuji_no_such_option"):
+        wj.FrameSolver(right)(np.load(batch.sample_landmarks_path())["world"][0].astype(np.float32))
+
+    cpu = jax.devices("cpu")[:1]
+    assert batch._Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32, quick=True).options == {"xla_cpu_use_fusion_emitters": False}
+    assert batch._Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32).options is None
+
+
+@pytest.mark.parametrize("frames, quick", [(100, True), (70_000, False)])
+def test_dataset_jobs_are_compiled_quickly_up_to_a_size(tmp_path, monkeypatch, frames, quick):
+    """solve_dataset asks for a quickly compiled kernel for jobs of at most QUICK_JOB_FRAMES frames."""
+    import numpy as np
+
+    from wuji_jax import batch
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def kernel(*args, quick=False):
+        seen.append(quick)
+        raise Stop
+
+    monkeypatch.setattr(batch, "_Kernel", kernel)
+    src = tmp_path / "x.npy"
+    np.lib.format.open_memmap(src, mode="w+", dtype=np.float32, shape=(frames, 21, 3)).flush()
+    with pytest.raises(Stop):
+        batch.solve_dataset(str(src), tmp_path / "out.parquet", side="right", plot=False, progress=False)
+    assert seen == [quick] and batch.QUICK_JOB_FRAMES == 65536

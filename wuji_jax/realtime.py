@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .cache import quick_compile_options
 from .landmarks import plainly_metres
 from .model import HandModel
 from .solver import IKResult, SolverConfig, check_solver_input
@@ -40,7 +41,9 @@ class FrameSolver:
 
     It runs on the host CPU on every machine (a frame is too small for an accelerator). Each of the
     (at most four) variants compiles on first use: with or without ``weights``, with or without
-    ``q0``; :func:`wuji_jax.enable_compilation_cache` keeps them across processes.
+    ``q0``; :func:`wuji_jax.enable_compilation_cache` keeps them across processes. They are compiled
+    with :func:`wuji_jax.cache.quick_compile_options` (4.6 s instead of 6.7 s on a 2-core CPU, the same
+    0.66 ms a frame).
 
     Use :func:`~wuji_jax.solve` for batches, for JAX arrays, under ``jax.jit``/``grad``, and for
     ``side="auto"``.
@@ -146,6 +149,6 @@ class FrameSolver:
                 layout.append((slice(at, at + size), s.shape[1:], None if s.dtype == dtype else np.dtype(s.dtype)))
                 at += size
             self._layout = layout
-        compiled = jax.jit(kernel).lower(*specs).compile()
+        compiled = jax.jit(kernel).lower(*specs).compile(compiler_options=quick_compile_options("cpu") or None)
         self._kernels[(has_weights, has_q0)] = compiled
         return compiled
