@@ -57,10 +57,11 @@ Ray costs a few seconds to start a local cluster and a few more to start the wor
 each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
 the driver, its statistics and autoscaling actors, the raylet) take a share of the CPUs while the
 workers solve. On one machine it does not beat the plain command line: ``benchmarks/bench_ray.py``
-on 10⁶ frames and 2 cores measured 48.2k frames/s for ``wuji-jax solve`` (20.7 s) against 34.6k
-with the default layout on a cluster the job starts (one worker holding both CPUs; 28.9 s, 3.1 s of
-it the cluster's start), 30.1k with two one-CPU workers, and 36.3k (27.5 s) for ``wuji-jax solve
-... --ray auto`` on a cluster already running.
+on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-04) measured 31.3k frames/s for ``wuji-jax solve``
+(31.9 s) against 23.6k with the default layout on a cluster the job starts (one worker holding both
+CPUs; 42.4 s, 3.4 s of it the cluster's start; +32.8 %), 20.6k with two one-CPU workers, and 26.0k
+(38.4 s, +20.2 %) for ``wuji-jax solve ... --ray auto`` on a cluster already running. An earlier run
+the same day: +27.9 % and +14.4 %.
 Ray is for more machines than one.
 
 (The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
