@@ -373,6 +373,32 @@ def test_cli_solve_bundled_sample(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "wuji_out" / "sample_angles_summary.json").is_file()
 
 
+_RUN = "import atexit, sys; atexit.register(lambda: print('teardown ran', flush=True)); " \
+       "from wuji_jax.cli import run; run(sys.argv[1:])"
+
+
+def test_console_script_skips_the_teardown_after_solve_and_loses_nothing(tmp_path, world):
+    """The ``wuji-jax`` program (cli.run) ends a successful solve with os._exit (no atexit handler
+    runs) after its outputs are whole: stdout to its last line, the CSV, the summary. Other verbs,
+    and a failed solve, exit the usual way."""
+    src = _npy(tmp_path / "tiny.npy", world[:30])
+    out = tmp_path / "tiny.csv"
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-c", _RUN, *argv], capture_output=True, text=True, timeout=300)
+
+    r = run("solve", src, "-o", str(out), "--chunk-size", "64", "--iterations", "5", "--no-plot")
+    assert r.returncode == 0, r.stderr
+    assert "teardown ran" not in r.stdout
+    assert r.stdout.rstrip().splitlines()[-1] == f"summary: {tmp_path / 'tiny_summary.json'}"
+    assert len(pd.read_csv(out)) == 30
+    assert json.loads((tmp_path / "tiny_summary.json").read_text())["frames"] == 30
+    r = run("pose", "--list")
+    assert r.returncode == 0 and "teardown ran" in r.stdout
+    r = run("solve", str(tmp_path / "nope.npy"), "-o", str(out))
+    assert r.returncode == 1 and "teardown ran" in r.stdout and "no such file" in r.stderr
+
+
 def test_cli_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"wuji-jax {wj.__version__}"

@@ -1,7 +1,5 @@
 """``python -m wuji_jax``: the ``wuji-jax`` command line."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["main", "verb", "build_parser", "UsageError"]
+__all__ = ["main", "run", "verb", "build_parser", "UsageError"]
 
 PROG = "wuji-jax"
 
@@ -95,20 +95,46 @@ def _fail(message, status: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``argv`` defaults to ``sys.argv[1:]``); returns the exit status."""
+    return _main(argv)[0]
+
+
+def run(argv: Sequence[str] | None = None) -> None:
+    """The ``wuji-jax`` program (and ``python -m wuji_jax``): :func:`main`, then exit.
+
+    After a successful ``solve`` (its outputs written and closed, its threads joined, no Ray in the
+    process) the process ends with ``os._exit`` once stdout, stderr and logging are flushed, skipping
+    Python's teardown: freeing JAX's compiled programs at exit took 0.3–0.45 s of a 2.5–3.0 s
+    ``wuji-jax solve`` on the bundled sample with a warm cache (2-core CPU). Everything else exits
+    the usual way."""
+    code, quick = _main(argv)
+    if quick:
+        import logging
+        import os
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _main(argv) -> tuple[int, bool]:
+    """:func:`main`'s exit status, and whether the process may end without Python's teardown."""
     try:
         args = build_parser().parse_args(argv)
         _start_jax(args)
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        return code, code == 0 and args.run is _run_solve and "ray" not in sys.modules
     except SystemExit as e:  # --help, --version
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else _fail(e.code, 1))
+        return (e.code if isinstance(e.code, int) else (0 if e.code is None else _fail(e.code, 1))), False
     except UsageError as e:
-        return _fail(e, 2)
+        return _fail(e, 2), False
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", 130), False
     except (ValueError, OSError, ImportError) as e:
-        return _fail(e, 1)
+        return _fail(e, 1), False
     except Exception as e:  # a bug: still one line, but say what it was
-        return _fail(f"unexpected {type(e).__name__}: {e}", 1)
+        return _fail(f"unexpected {type(e).__name__}: {e}", 1), False
 
 
 class _SolverDefault:
