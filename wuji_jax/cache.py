@@ -90,8 +90,11 @@ QUICK_CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _warned: set[str] = set()  # folders already warned about in this process
 
 
+_NO = ("0", "false", "no", "off")  # an environment variable set to one of these says no
+
+
 def _off() -> bool:
-    return os.environ.get(ENV_OFF, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return os.environ.get(ENV_OFF, "").strip().lower() not in ("",) + _NO
 
 
 def default_cache_dir() -> Path:
@@ -182,7 +185,7 @@ def quick_compile_options(platform: str) -> dict:
     the module docstring): :data:`QUICK_CPU_OPTIONS` on the CPU, nothing elsewhere, nothing where
     ``$WUJI_JAX_QUICK_COMPILE`` is ``0`` or where this jaxlib does not know the options (asked once
     per process by compiling a one-line program). Pass the result as ``compiler_options``."""
-    if platform != "cpu" or os.environ.get(ENV_QUICK, "").strip().lower() in ("0", "false", "no", "off"):
+    if platform != "cpu" or os.environ.get(ENV_QUICK, "").strip().lower() in _NO:
         return {}
     options = tuple(sorted(QUICK_CPU_OPTIONS.items()))
     return dict(options) if _accepted(options) else {}
@@ -221,9 +224,10 @@ def cached_program(fn, name: str, *args, compiler_options: dict | None = None):
     import jax.export  # a submodule: not an attribute of jax until imported (jax 0.6)
 
     options = dict(compiler_options or {}) or None
+    options_key = repr(sorted((options or {}).items()))
     folder = compilation_cache_dir()
     if folder is None:
-        plain = (fn, repr(sorted((options or {}).items())))
+        plain = (fn, options_key)
         if plain not in _programs:
             _programs[plain] = jax.jit(fn, compiler_options=options)
         return _programs[plain]
@@ -235,7 +239,7 @@ def cached_program(fn, name: str, *args, compiler_options: dict | None = None):
                   [(d.platform, d.device_kind) for d in jax.devices()], _source_digest()))
     key = f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:40]}"
     # the exported program does not depend on the compiler's options; its compiled call does
-    call_key = (key, repr(sorted((options or {}).items())))
+    call_key = (key, options_key)
     if call_key in _programs:
         return _programs[call_key]
 
