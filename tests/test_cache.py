@@ -327,7 +327,7 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
     seen = {}
 
     def record(fn, name, *args, compiler_options=None):
-        seen[args[1].shape[0]] = compiler_options
+        seen[args[1].shape[0]] = name, compiler_options
         raise Stop
 
     monkeypatch.setattr(api, "cached_program", record)
@@ -335,7 +335,8 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
     for frames in (5, 300):
         with pytest.raises(Stop):
             api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
-    assert seen == {64: {"xla_cpu_use_fusion_emitters": False}, 256: None}
+    # the bucket is compiled as two programs (staged_program), the first its start
+    assert seen == {64: ("solve_batch_start", {"xla_cpu_use_fusion_emitters": False}), 256: ("solve_batch", None)}
 
     # FrameSolver compiles with the options it is given: an unknown one fails, naming it
     monkeypatch.setattr(realtime, "quick_compile_options", lambda platform: {"xla_wuji_no_such_option": True})
@@ -369,3 +370,40 @@ def test_dataset_jobs_are_compiled_quickly_up_to_a_size(tmp_path, monkeypatch, f
     with pytest.raises(Stop):
         batch.solve_dataset(str(src), tmp_path / "out.parquet", side="right", plot=False, progress=False)
     assert seen == [quick] and batch.QUICK_JOB_FRAMES == 65536
+
+
+def test_programs_compiled_side_by_side_run_without_compiling_again(caplog):
+    """compile_side_by_side compiles each program once (in threads); calls with arguments of those
+    shapes then run the compiled programs; an error in one program is raised after all finished."""
+    import logging
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from wuji_jax.cache import compile_side_by_side
+
+    def side_a(x):
+        return jnp.sin(x) * 3 + 1
+
+    def side_b(x, y):
+        return jnp.cos(x) * y - 2
+
+    fa, fb = jax.jit(side_a), jax.jit(side_b)
+    x = np.arange(6, dtype=np.float32)
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+    def compiled(names):  # lowered for compilation (the compilation's own log is in its thread)
+        return sum(1 for r in caplog.records if r.getMessage().startswith("Compiling jit(")
+                   and any(f"jit({n})" in r.getMessage() for n in names))
+
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+        compile_side_by_side((fa, (spec,)), (fb, (spec, spec)))
+        assert compiled(("side_a", "side_b")) == 2
+        np.testing.assert_allclose(np.asarray(fb(x, fa(x))), np.cos(x) * (np.sin(x) * 3 + 1) - 2, atol=1e-5)
+        assert compiled(("side_a", "side_b")) == 2
+        # (the threads' own log is at their default level; one here would be a compilation on call)
+        assert not [r for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
+
+    bad = jax.jit(side_a, compiler_options={"xla_wuji_no_such_option": True})
+    with pytest.raises(Exception, match="xla_wuji_no_such_option"):
+        compile_side_by_side((jax.jit(side_b), (spec, spec)), (bad, (spec,)))

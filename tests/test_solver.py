@@ -224,6 +224,37 @@ def test_optax_solves_the_same_problem(right):
     assert np.all(np.asarray(res.angles) >= LOWER - 1e-9) and np.all(np.asarray(res.angles) <= UPPER + 1e-9)
 
 
+def test_chunks_and_the_start_between_two_programs(right):
+    """map_chunks (shared by the one-program kernel and its two stages) gives every frame its own rows
+    back, with chunks of 4 frames out of 10 (padded); start_spec announces the shapes of the start
+    that the two programs pass on (hard coupling: no coupled angles carried; soft: M of them). That
+    the two programs answer as the one: test_solve_inside_jit_then_eager_same_answer."""
+    from wuji_jax.solver import api
+
+    a = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+    b = {"x": np.arange(10, dtype=np.float32), "none": None}
+    seen = []
+
+    def fn(a, b):
+        seen.append(a.shape[0])
+        return {"s": a.sum(1) * 2 + b["x"], "a": a[:, ::-1]}
+
+    out = api.map_chunks(fn, (a, b), 4)
+    assert seen == [4]  # one chunk traced, mapped over three
+    np.testing.assert_array_equal(np.asarray(out["s"]), a.sum(1) * 2 + b["x"])
+    np.testing.assert_array_equal(np.asarray(out["a"]), a[:, ::-1])
+
+    lm = np.zeros((10, 21, 3), np.float32)
+    w, q0 = np.ones((10, 21), np.float32), np.zeros((10, 20), np.float32)
+    for coupling in ("hard", "soft"):
+        cfg = api.config_arrays(wj.SolverConfig(coupling=coupling), np.float32)
+        spec = api.start_spec(right, lm, cfg)
+        got = jax.eval_shape(lambda *x: api.start_rows(*x, cfg), right, lm, w, q0)
+        assert (spec.rot is None) == (got.rot is None) == (coupling == "hard")
+        assert [(s.shape, s.dtype) for s in spec if s is not None] == [(g.shape, g.dtype) for g in got if g is not None]
+    assert spec.rot.shape == (10, right.mimic_lower.shape[0]) and spec.q.shape == (10, 20)
+
+
 def test_solve_inside_jit_then_eager_same_answer(right):
     """wj.solve traced by an outer jax.jit at two batch sizes, then called eagerly, gives one answer
     (a cached jax-array config once made jaxlib run an executable with the wrong argument count)."""

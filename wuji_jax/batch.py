@@ -181,7 +181,7 @@ class _Progress:
     def compiling(self):
         """Say that the solver is being compiled (before the first chunk's results)."""
         if self.enabled:
-            line = ("compiling the solver (first use on this machine: ~10-30 s; later runs load it from "
+            line = ("compiling the solver (first use on this machine: ~5-20 s; later runs load it from "
                     "the cache)...")
             self.stream.write(("\r" + line.ljust(78)) if self.tty else line + "\n")
             self.stream.flush()
@@ -353,6 +353,16 @@ def _solve_with_inspire(hand, landmarks, weights, q0, config, chunk: int | None 
     return out
 
 
+def _fit_with_inspire(hand, landmarks, weights, q0, config, start, chunk: int | None = None) -> dict:
+    """:func:`_solve_with_inspire`'s second stage (:func:`wuji_jax.solver.api.staged_program`)."""
+    from .inspire import _to_inspire_kernel
+    from .solver.api import fit_chunked
+
+    out = fit_chunked(hand, landmarks, weights, q0, config, start, chunk=chunk)
+    out["inspire"] = _to_inspire_kernel(hand, out["angles"], None)
+    return out
+
+
 class _Kernel:
     """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``."""
 
@@ -420,6 +430,17 @@ class _Kernel:
             return fn
         return split_kernel(self.rows.mesh, kernel=fn)
 
+    def staged(self, inspire: bool, name: str, args: tuple):
+        """A quick job's solver (``self.options``): :meth:`kernel`'s program as its two stages, compiled
+        side by side (:func:`wuji_jax.solver.api.staged_program`)."""
+        from .solver.api import fit_chunked, split_kernel, staged_program, start_cold
+
+        first, second = start_cold, (_fit_with_inspire if inspire else fit_chunked)
+        if self.rows is not None:  # every device its own rows, as kernel()
+            mesh = self.rows.mesh
+            first, second = split_kernel(mesh, kernel=first), split_kernel(mesh, kernel=second, extra=1)
+        return staged_program(first, second, name, args, self.options, self.rows)
+
     def dispatch(self, side: str, world: np.ndarray, inspire: bool) -> list:
         """Start solving ``world (n, 21, 3)``; returns the outputs, still being computed.
 
@@ -439,8 +460,9 @@ class _Kernel:
             xs = self.put(x[s:s + self.batch], self.rows)
             args = (hand, xs, self.ones, q0, self.cfg)
             if inspire not in self._programs:  # the batch's shapes never change: look the program up once
-                self._programs[inspire] = cached_program(kernel, "solve_inspire" if inspire else "solve_chunked",
-                                                         *args, compiler_options=self.options)
+                name = "solve_inspire" if inspire else "solve_chunked"
+                self._programs[inspire] = self.staged(inspire, name, args) if self.options else \
+                    cached_program(kernel, name, *args, compiler_options=self.options)
             outs.append(self._programs[inspire](*args))
         return outs
 

@@ -64,6 +64,11 @@ time (0.66 ms); the 64-frame program 9.6 → 6.4 s, running 5.9 → 6.7 ms; the 
 on the 621 frames of ``dexret_human_joint_right``). Large batches and jobs keep XLA's defaults: there
 the run time counts. ``WUJI_JAX_QUICK_COMPILE=0`` turns this off; a jaxlib that does not know the
 option compiles with its defaults.
+
+Side by side: XLA compiles a program on one core, and the solver's two stages do not depend on each
+other's compilation. :func:`compile_side_by_side` lowers programs one after the other and compiles
+each in a thread of its own while the next is lowered; the quickly compiled solver programs use it
+(:func:`wuji_jax.solver.api.staged_program`).
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ import warnings
 from pathlib import Path
 
 __all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir", "cached_program",
-           "quick_compile_options", "QUICK_CPU_OPTIONS"]
+           "quick_compile_options", "QUICK_CPU_OPTIONS", "compile_side_by_side"]
 
 #: environment variables read by :func:`enable_compilation_cache`
 ENV_DIR = "WUJI_JAX_CACHE_DIR"
@@ -266,6 +271,36 @@ def cached_program(fn, name: str, *args, compiler_options: dict | None = None):
         call = jax.jit(fn, compiler_options=options)
     _programs[call_key] = call
     return call
+
+
+def compile_side_by_side(*calls) -> None:
+    """Compile jitted programs side by side: ``calls`` are ``(jitted, args)`` pairs (``args`` arrays or
+    :class:`jax.ShapeDtypeStruct`). Each program is lowered here, one after the other (Python), and
+    compiled in a thread of its own while the next is lowered: XLA compiles without holding Python's
+    lock, so on a machine with two or more cores two programs take little longer than the larger one.
+    Afterwards ``jitted(*args)`` runs the compiled program (JAX's own cache holds it; public
+    ``jit(...).lower(...).compile()``). The first error of any program is raised once all are done."""
+    import threading
+
+    errors: list = []
+
+    def run(lowered):
+        try:
+            lowered.compile()
+        except BaseException as e:  # raised in the caller's thread below
+            errors.append(e)
+
+    threads = []
+    try:
+        for jitted, args in calls:
+            thread = threading.Thread(target=run, args=(jitted.lower(*args),), name="wuji_jax-compile", daemon=True)
+            thread.start()
+            threads.append(thread)
+    finally:
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise errors[0]
 
 
 def _sharding(x):
