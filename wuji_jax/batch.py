@@ -802,8 +802,11 @@ def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
                   check_units, fps, plot, keep_parts, max_frames, dtype, t_start) -> dict[str, Any]:
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock."""
-    if plot:  # matplotlib loads (~0.6 s) while the frames are read and solved, not after
-        threading.Thread(target=_import_matplotlib, name="wuji_jax-import-matplotlib", daemon=True).start()
+    # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
+    # not after
+    parquet = Path(out).suffix.lower() in (".parquet", ".pq")
+    if plot or parquet:
+        threading.Thread(target=_import_writers, args=(plot, parquet), name="wuji_jax-import", daemon=True).start()
     identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     _remove_stale_temporaries(out)
@@ -1257,13 +1260,20 @@ def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequen
             "residual_valid": np.concatenate(residual) if residual else np.zeros(0), "sample": sample}
 
 
-def _import_matplotlib() -> None:
-    try:
-        from .viz import _mpl
+def _import_writers(plot: bool, parquet: bool) -> None:
+    """Import what writes the plot and the Parquet table (in a thread of its own, ahead of use)."""
+    if parquet:
+        try:
+            import pyarrow.parquet  # noqa: F401
+        except ImportError:  # the writer says so
+            pass
+    if plot:
+        try:
+            from .viz import _mpl
 
-        _mpl()
-    except ImportError:  # said by _plot, in the run's notes
-        pass
+            _mpl()
+        except ImportError:  # said by _plot, in the run's notes
+            pass
 
 
 def _plot(path: Path, sample: list[dict], one_source: bool) -> Path:

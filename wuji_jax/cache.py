@@ -273,16 +273,20 @@ def cached_program(fn, name: str, *args, compiler_options: dict | None = None):
     return call
 
 
-def compile_side_by_side(*calls) -> None:
-    """Compile jitted programs side by side: ``calls`` are ``(jitted, args)`` pairs (``args`` arrays or
-    :class:`jax.ShapeDtypeStruct`). Each program is lowered here, one after the other (Python), and
-    compiled in a thread of its own while the next is lowered: XLA compiles without holding Python's
-    lock, so on a machine with two or more cores two programs take little longer than the larger one.
-    Afterwards ``jitted(*args)`` runs the compiled program (JAX's own cache holds it; public
-    ``jit(...).lower(...).compile()``). The first error of any program is raised once all are done."""
+def compile_side_by_side(*calls) -> list:
+    """Compile jitted programs side by side: ``calls`` are ``(program, args)`` pairs, ``program`` a
+    jitted function or a function of no arguments that makes one (called when its turn comes, e.g.
+    :func:`cached_program`, so that its tracing too runs while the programs before it compile), and
+    ``args`` arrays or :class:`jax.ShapeDtypeStruct`. Each program is lowered here, one after the other
+    (Python), and compiled in a thread of its own while the next is made and lowered: XLA compiles
+    without holding Python's lock, so on a machine with two or more cores two programs take little
+    longer than the larger one. Afterwards ``program(*args)`` runs the compiled program (JAX's own
+    cache holds it; public ``jit(...).lower(...).compile()``). Returns the jitted programs in order;
+    the first error of any program is raised once all are done."""
     import threading
 
     errors: list = []
+    programs: list = []
 
     def run(lowered):
         try:
@@ -292,8 +296,10 @@ def compile_side_by_side(*calls) -> None:
 
     threads = []
     try:
-        for jitted, args in calls:
-            thread = threading.Thread(target=run, args=(jitted.lower(*args),), name="wuji_jax-compile", daemon=True)
+        for program, args in calls:
+            program = program if hasattr(program, "lower") else program()
+            programs.append(program)
+            thread = threading.Thread(target=run, args=(program.lower(*args),), name="wuji_jax-compile", daemon=True)
             thread.start()
             threads.append(thread)
     finally:
@@ -301,6 +307,7 @@ def compile_side_by_side(*calls) -> None:
             thread.join()
     if errors:
         raise errors[0]
+    return programs
 
 
 def _sharding(x):

@@ -338,26 +338,29 @@ def start_spec(hand: HandModel, landmarks, config: SolverConfig, sharding=None) 
     return Start(q=spec(hand.num_joints), rot=rot, R=spec(3, 3), t=spec(3), logs=spec(), det=spec())
 
 
-_STAGED: set = set()  # (start program, fit program, argument shapes) compiled in this process
+_STAGED: dict = {}  # (start, fit, name, argument shapes, options) → the two programs, compiled in this process
 
 
 def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | None = None, sharding=None):
     """The solver as its two stages, each a program of its own: ``start(*args) → Start`` and
     ``fit(*args, start) → outputs`` (:func:`cached_program` each, ``name_start`` and ``name_fit``),
-    compiled side by side on first use (:func:`wuji_jax.cache.compile_side_by_side`). For programs
-    whose compilation outweighs their run (``quick_compile_options``): on a 2-core CPU the 64-frame
-    solver took 6.0–6.2 s from tracing to compiled this way against 7.3–7.7 s as one program; the
-    run costs one more dispatch. ``sharding``: the rows' sharding of ``args``' landmarks (the start's
-    outputs are split the same way). Returns a callable of arguments shaped like ``args``."""
+    compiled side by side on first use (:func:`wuji_jax.cache.compile_side_by_side`; the fit, the
+    larger, first). For programs whose compilation outweighs their run (``quick_compile_options``):
+    on a 2-core CPU the 64-frame solver took 6.0 s from the call to the answer this way against 7.5 s
+    as one program; the run costs one more dispatch. ``sharding``: the rows' sharding of ``args``'
+    landmarks (the start's outputs are split the same way). Returns a callable of arguments shaped
+    like ``args``."""
     hand, landmarks, _, _, config = args
     spec = start_spec(hand, landmarks, config, sharding)
-    first = cached_program(start, name + "_start", *args, compiler_options=compiler_options)
-    second = cached_program(fit, name + "_fit", *args, spec, compiler_options=compiler_options)
     leaves = jax.tree_util.tree_leaves(args)
-    key = (first, second, tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", None))) for x in leaves))
+    key = (start, fit, name, tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", None))) for x in leaves),
+           repr(sorted((compiler_options or {}).items())))
     if key not in _STAGED:
-        compile_side_by_side((first, args), (second, args + (spec,)))
-        _STAGED.add(key)
+        second, first = compile_side_by_side(
+            (lambda: cached_program(fit, name + "_fit", *args, spec, compiler_options=compiler_options), args + (spec,)),
+            (lambda: cached_program(start, name + "_start", *args, compiler_options=compiler_options), args))
+        _STAGED[key] = first, second
+    first, second = _STAGED[key]
 
     def run(*a):
         return second(*a, first(*a))
