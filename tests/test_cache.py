@@ -373,8 +373,9 @@ def test_dataset_jobs_are_compiled_quickly_up_to_a_size(tmp_path, monkeypatch, f
 
 
 def test_programs_compiled_side_by_side_run_without_compiling_again(caplog):
-    """compile_side_by_side compiles each program once (in threads); calls with arguments of those
-    shapes then run the compiled programs; an error in one program is raised after all finished."""
+    """compile_side_by_side compiles each program once (in threads; one made when its turn comes) and
+    returns the compiled programs, which run without compiling again; an error in one program is
+    raised after all finished."""
     import logging
 
     import jax.numpy as jnp
@@ -397,9 +398,9 @@ def test_programs_compiled_side_by_side_run_without_compiling_again(caplog):
                    and any(f"jit({n})" in r.getMessage() for n in names))
 
     with jax.log_compiles(True), caplog.at_level(logging.WARNING):
-        compile_side_by_side((fa, (spec,)), (fb, (spec, spec)))
+        ca, cb = compile_side_by_side((fa, (spec,)), (lambda: fb, (spec, spec)))
         assert compiled(("side_a", "side_b")) == 2
-        np.testing.assert_allclose(np.asarray(fb(x, fa(x))), np.cos(x) * (np.sin(x) * 3 + 1) - 2, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(cb(x, ca(x))), np.cos(x) * (np.sin(x) * 3 + 1) - 2, atol=1e-5)
         assert compiled(("side_a", "side_b")) == 2
         # (the threads' own log is at their default level; one here would be a compilation on call)
         assert not [r for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
@@ -407,3 +408,35 @@ def test_programs_compiled_side_by_side_run_without_compiling_again(caplog):
     bad = jax.jit(side_a, compiler_options={"xla_wuji_no_such_option": True})
     with pytest.raises(Exception, match="xla_wuji_no_such_option"):
         compile_side_by_side((jax.jit(side_b), (spec, spec)), (bad, (spec,)))
+
+
+def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, right):
+    """staged_program compiles a pair of programs once per argument structure (the config's static
+    coupling included), shapes and compiler options, and reuses it otherwise; the fit is made first."""
+    import numpy as np
+
+    from wuji_jax.solver import api
+
+    made = []
+
+    def fake(*calls):
+        made.append([len(args) for _, args in calls])  # the fit takes the start as one more argument
+        return [lambda *a, i=i: (i, len(a)) for i in range(len(calls))]
+
+    monkeypatch.setattr(api, "compile_side_by_side", fake)
+    monkeypatch.setattr(api, "_STAGED", {})
+
+    def call(frames, coupling="hard", options=None):
+        cfg = api.config_arrays(api.DEFAULT_CONFIG.replace(coupling=coupling), np.float32)
+        args = (right, np.zeros((frames, 21, 3), np.float32), np.ones((frames, 21), np.float32),
+                np.zeros((frames, 20), np.float32), cfg)
+        return api.staged_program(api.start_cold, api.fit_chunked, "probe", args, options)(*args)
+
+    assert call(8) == (0, 6)  # the fit (made first) on the arguments and the start's result
+    call(8)
+    assert made == [[6, 5]]
+    call(8, "soft")
+    call(16)
+    call(8, options={"xla_cpu_use_fusion_emitters": False})
+    call(8, "soft")
+    assert len(made) == 4

@@ -411,7 +411,10 @@ class _Kernel:
 
             hand = load_hand(side)
             q0 = np.broadcast_to(np.asarray(neutral_angles(hand), self.dtype), (self.batch, hand.num_joints))
-            self._hands[side] = (hand, hand if self.same is None else self.put(hand, self.same),
+            # the kernel's copy without the static fields it never reads (as wj.solve): one program
+            # for both sides
+            kernel_hand = hand.replace(name="", side="")
+            self._hands[side] = (hand, kernel_hand if self.same is None else self.put(kernel_hand, self.same),
                                  self.put(np.ascontiguousarray(q0), self.rows))
         return self._hands[side]
 

@@ -280,26 +280,25 @@ def compile_side_by_side(*calls) -> list:
     ``args`` arrays or :class:`jax.ShapeDtypeStruct`. Each program is lowered here, one after the other
     (Python), and compiled in a thread of its own while the next is made and lowered: XLA compiles
     without holding Python's lock, so on a machine with two or more cores two programs take little
-    longer than the larger one. Afterwards ``program(*args)`` runs the compiled program (JAX's own
-    cache holds it; public ``jit(...).lower(...).compile()``). Returns the jitted programs in order;
-    the first error of any program is raised once all are done."""
+    longer than the larger one. Returns the compiled programs in order (:class:`jax.stages.Compiled`,
+    JAX's ahead-of-time API: call them with arguments shaped like ``args``); the first error of any
+    program is raised once all are done."""
     import threading
 
     errors: list = []
-    programs: list = []
+    compiled: dict = {}
 
-    def run(lowered):
+    def run(i, lowered):
         try:
-            lowered.compile()
+            compiled[i] = lowered.compile()
         except BaseException as e:  # raised in the caller's thread below
             errors.append(e)
 
     threads = []
     try:
-        for program, args in calls:
+        for i, (program, args) in enumerate(calls):
             program = program if hasattr(program, "lower") else program()
-            programs.append(program)
-            thread = threading.Thread(target=run, args=(program.lower(*args),), name="wuji_jax-compile", daemon=True)
+            thread = threading.Thread(target=run, args=(i, program.lower(*args)), name="wuji_jax-compile", daemon=True)
             thread.start()
             threads.append(thread)
     finally:
@@ -307,7 +306,7 @@ def compile_side_by_side(*calls) -> list:
             thread.join()
     if errors:
         raise errors[0]
-    return programs
+    return [compiled[i] for i in range(len(calls))]
 
 
 def _sharding(x):

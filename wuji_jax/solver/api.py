@@ -352,10 +352,11 @@ def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | 
     like ``args``."""
     hand, landmarks, _, _, config = args
     spec = start_spec(hand, landmarks, config, sharding)
-    leaves = jax.tree_util.tree_leaves(args)
-    key = (start, fit, name, tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", None))) for x in leaves),
+    leaves, tree = jax.tree_util.tree_flatten(args)  # the structure holds the config's static fields
+    key = (start, fit, name, str(tree), tuple((x.shape, str(x.dtype), bool(getattr(x, "weak_type", False)),
+                                              str(getattr(x, "sharding", None))) for x in leaves),
            repr(sorted((compiler_options or {}).items())))
-    if key not in _STAGED:
+    if key not in _STAGED:  # the compiled programs, called directly (JAX's ahead-of-time API)
         second, first = compile_side_by_side(
             (lambda: cached_program(fit, name + "_fit", *args, spec, compiler_options=compiler_options), args + (spec,)),
             (lambda: cached_program(start, name + "_start", *args, compiler_options=compiler_options), args))
