@@ -440,3 +440,22 @@ def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, r
     call(8, options={"xla_cpu_use_fusion_emitters": False})
     call(8, "soft")
     assert len(made) == 4
+
+
+def test_the_start_stage_is_kept_as_a_program(tmp_path, monkeypatch, right):
+    """The first of the two staged programs returns a Start: jax.export serialises it (registered), so
+    cached_program keeps it in the folder instead of falling back to tracing it in every process."""
+    import jax.export
+    import numpy as np
+
+    from wuji_jax import cache
+    from wuji_jax.solver import api
+
+    monkeypatch.setattr(cache, "compilation_cache_dir", lambda: str(tmp_path))
+    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
+    args = (right, np.zeros((4, 21, 3), np.float32), np.ones((4, 21), np.float32), np.zeros((4, 20), np.float32), cfg)
+    cache.cached_program(api.start_cold, "probe_start", *args)
+    files = list((tmp_path / "programs").glob("probe_start-*.jaxexport"))
+    assert len(files) == 1
+    exported = jax.export.deserialize(bytearray(files[0].read_bytes()))
+    assert exported.out_tree == jax.tree_util.tree_structure(api.start_spec(right, args[1], cfg))
