@@ -178,16 +178,24 @@ def test_failed_run_resumes_to_identical_output(cluster, data, tmp_path):
 # ----------------------------------------------------------------------------- the command line
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` different free ports: all bound at once before any is released (one at a time, the
+    system may hand the same port out twice, and Ray refuses two components on one port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
-def _node_ports() -> list[str]:
-    return [f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"]
+def _node_ports(ports: list[int]) -> list[str]:
+    """A node's own ports, from six of :func:`_free_ports`."""
+    names = ("node-manager", "object-manager", "dashboard-agent-listen", "dashboard-agent-grpc", "metrics-export",
+             "runtime-env-agent")
+    return [f"--{name}-port={port}" for name, port in zip(names, ports, strict=True)]
 
 
 def _stop_session(p: subprocess.Popen) -> None:
@@ -245,7 +253,8 @@ def two_nodes(tmp_path, data):
     ray_bin = str(Path(sys.executable).with_name("ray"))
     env = dict(os.environ, RAY_AUTH_MODE="disabled", WUJI_JAX_NO_CACHE="0", WUJI_JAX_CACHE_DIR=data["cache"],
                JAX_ENABLE_X64="1", PYTHONPATH=str(ROOT))
-    port, host = _free_port(), _node_ip()
+    ports = _free_ports(14)  # the head's, its dashboard's, then six for each node, all different
+    port, host = ports[0], _node_ip()
     address = f"{host}:{port}"
     temp = tempfile.mkdtemp(prefix="wjray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     common = ["--num-cpus=1", "--block", "--disable-usage-stats", f"--node-ip-address={host}"]
@@ -253,11 +262,11 @@ def two_nodes(tmp_path, data):
     try:
         procs.append(subprocess.Popen(
             [ray_bin, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false",
-             f"--dashboard-port={_free_port()}", *common, *_node_ports()],
+             f"--dashboard-port={ports[1]}", *common, *_node_ports(ports[2:8])],
             env=env, start_new_session=True, stdout=open(tmp_path / "head.log", "w"), stderr=subprocess.STDOUT))
         _wait_for_port(host, port, procs[0], tmp_path / "head.log")
         procs.append(subprocess.Popen(
-            [ray_bin, "start", f"--address={address}", *common, *_node_ports()],
+            [ray_bin, "start", f"--address={address}", *common, *_node_ports(ports[8:14])],
             env=env, start_new_session=True, stdout=open(tmp_path / "node.log", "w"), stderr=subprocess.STDOUT))
         check = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
                  "print(sum(n['Alive'] for n in ray.nodes()))")
