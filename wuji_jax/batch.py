@@ -345,22 +345,23 @@ def _solve_with_inspire(hand, landmarks, weights, q0, config, chunk: int | None 
     """:func:`wuji_jax.solver.solve_chunked` and the Inspire commands of its angles, in one program:
     a second call, on the solver's outputs split over several devices, waited for the solver before
     it returned (8 ms per 512-row batch on 2 CPU devices), where one device's call returns at once."""
-    from .inspire import _to_inspire_kernel
     from .solver import solve_chunked
 
-    out = solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk)
-    out["inspire"] = _to_inspire_kernel(hand, out["angles"], None)
-    return out
+    return _with_inspire(hand, solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk))
 
 
 def _fit_with_inspire(hand, landmarks, weights, q0, config, start, chunk: int | None = None) -> dict:
     """:func:`_solve_with_inspire`'s second stage (:func:`wuji_jax.solver.api.staged_program`)."""
-    from .inspire import _to_inspire_kernel
     from .solver.api import fit_chunked
 
-    out = fit_chunked(hand, landmarks, weights, q0, config, start, chunk=chunk)
-    out["inspire"] = _to_inspire_kernel(hand, out["angles"], None)
-    return out
+    return _with_inspire(hand, fit_chunked(hand, landmarks, weights, q0, config, start, chunk=chunk))
+
+
+def _with_inspire(hand, out: dict) -> dict:
+    """The solver's outputs with the Inspire commands of their angles."""
+    from .inspire import _to_inspire_kernel
+
+    return {**out, "inspire": _to_inspire_kernel(hand, out["angles"], None)}
 
 
 class _Kernel:
@@ -452,7 +453,6 @@ class _Kernel:
         while this one is solved.
         """
         plain, hand, q0 = self.hand(side)
-        kernel = self.kernel(inspire)
         n = world.shape[0]
         padded = -(-n // self.batch) * self.batch
         x = np.full((padded, 21, 3), np.nan, self.dtype)
@@ -465,7 +465,7 @@ class _Kernel:
             if inspire not in self._programs:  # the batch's shapes never change: look the program up once
                 name = "solve_inspire" if inspire else "solve_chunked"
                 self._programs[inspire] = self.staged(inspire, name, args) if self.options else \
-                    cached_program(kernel, name, *args, compiler_options=self.options)
+                    cached_program(self.kernel(inspire), name, *args)
             outs.append(self._programs[inspire](*args))
         return outs
 

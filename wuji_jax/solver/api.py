@@ -338,7 +338,7 @@ def start_spec(hand: HandModel, landmarks, config: SolverConfig, sharding=None) 
     return Start(q=spec(hand.num_joints), rot=rot, R=spec(3, 3), t=spec(3), logs=spec(), det=spec())
 
 
-_STAGED: dict = {}  # (start, fit, name, argument shapes, options) → the two programs, compiled in this process
+_STAGED: dict = {}  # (start, fit, name, argument structure and shapes, options) → the two compiled programs
 
 
 def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | None = None, sharding=None):
@@ -550,12 +550,13 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = No
         part = lambda a, i: a if a is None or piece == size else jax.lax.dynamic_slice_in_dim(a, i, piece)  # noqa: E731
     pieces = [(hand, part(lm, i), part(weights, i), part(q0a, i), cfg) for i in range(0, size, piece)]
     # one program for the equal pieces, kept with the compilation cache when that is on; a batch of a
-    # bucket's size is compiled quickly (its compilation outweighs its run, wuji_jax.cache)
+    # bucket's size is compiled quickly (its compilation outweighs its run, wuji_jax.cache), as two
+    # programs side by side (staged_program)
     quick = quick_compile_options(platform) if size <= max(BUCKETS) else None
-    if quick:  # two programs compiled side by side (staged_program); the results are IKResult's fields
-        staged = staged_program(start_warm if warm else start_cold, _fit_result, "solve_batch", pieces[0], quick)
-        return _join(tuple(staged(*args) for args in pieces), flat, batch)
-    program = cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *pieces[0], compiler_options=quick)
+    if quick:
+        program = staged_program(start_warm if warm else start_cold, _fit_result, "solve_batch", pieces[0], quick)
+    else:
+        program = cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *pieces[0])
     return _join(tuple(program(*args) for args in pieces), flat, batch)
 
 
