@@ -80,6 +80,20 @@ def test_angles_always_within_limits(right):
     assert np.all(np.isfinite(np.asarray(res.residual)))
 
 
+def test_fist_frames_converge_in_two_iterations(right):
+    """Real fist frames (fingers pressed against their flexion limits): the first Gauss–Newton steps
+    are taken, not rejected. Holding a joint that a step would push past its limit (and projecting
+    the rest) gets each frame within 0.5 mm of its 40-iteration residual in two iterations (measured
+    0.26 mm). With the limit only as a penalty the first three steps were rejected (20 mm after two
+    iterations against 9.5 mm); with projection alone frames stalled at up to 13 mm."""
+    rec = wj.io.load_landmarks(wj.model.asset_path("samples", "human_hand_video_landmarks.npz"))
+    y = np.asarray(rec.world, np.float32)[250:250 + B]
+    two, many = (np.asarray(wj.solve(right, y, config=wj.SolverConfig(iterations=k, tolerance=1e-6)).residual)
+                 for k in (2, 40))
+    assert np.all(two - many < 0.5e-3), np.max(two - many)
+    assert np.max(many) < 0.012
+
+
 def test_float32_default_dtype_round_trip(right):
     q, y, *_ = synthetic(B, seed=3)
     res = wj.solve(right, y.astype(np.float32))

@@ -54,8 +54,8 @@ hides); and, with ``inspire=True``, the six Inspire channels
 ``valid`` says the angles can be used (enough landmarks, a finite fit, a plausible scale);
 ``converged`` says more: Levenberg–Marquardt stopped because its predicted decrease fell below
 ``tolerance``·cost, not because it reached ``iterations``. A valid frame that did not converge is
-still a good fit where its residual is low (on the bundled recording about 60 % of the frames
-converge within the default 12 iterations, and the residual p95 is under 10 mm).
+still a good fit where its residual is low (on the bundled recording about 3/4 of the frames
+converge within the default 5 iterations, and the residual p95 is under 10 mm).
 
 Bad frames (NaN, no hand, too few landmarks, implausible fits) are solved anyway, flagged, and kept.
 A bad file (unreadable, wrong shape, wrong units) raises a one-line ``ValueError`` naming it; with

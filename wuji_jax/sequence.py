@@ -42,7 +42,7 @@ def solve_sequence(
         landmarks: ``(*batch, T, 21, 3)`` metres (NaN = missing).
         weights: ``(*batch, T, 21)`` confidences, or ``None``.
         timestamps: ``(T,)`` seconds for the filter (default 30 fps).
-        warm_iterations: LM iterations for warm-started frames (default: half the config's, ≥ 6).
+        warm_iterations: LM iterations for warm-started frames (default: the config's).
         filter: ``None`` or ``"one_euro"`` (applied to the angles over time; stays within limits).
         side: as in :func:`wuji_jax.solve`, decided once for the whole recording.
 
@@ -59,7 +59,7 @@ def solve_sequence(
     seq = np.moveaxis(lm, -3, 0)  # (T, *batch, 21, 3)
     w = None if weights is None else np.moveaxis(np.asarray(weights, lm.dtype), -2, 0)
     warm = dataclasses.replace(
-        config, iterations=warm_iterations or max(6, config.iterations // 2), prior_weight=smooth_weight)
+        config, iterations=warm_iterations or config.iterations, prior_weight=smooth_weight)
     frames = []
     prev = None
     batch = seq.shape[1:-2]

@@ -42,15 +42,19 @@ class SolverConfig:
     Attributes:
         iterations: most Levenberg–Marquardt iterations after the closed-form start. A frame stops
             earlier once converged (see ``tolerance``); a batch stops when all its frames have. 0: the
-            closed-form start only. 12 meets the accuracy figures on the bundled recordings' worst frames
-            (per-frame RMS residual p95 9.4 mm, max 11.6 mm; 20: 9.4 / 11.5 mm at 0.6× the speed;
-            10: 9.8 / 11.7 mm), ``benchmarks/bench_core.py``.
+            closed-form start only. 5 meets the accuracy figures on the bundled recordings' worst frames
+            (per-frame RMS residual p95 9.6 mm, max 11.7 mm; 3: 9.6 / 11.9 mm; 40: 9.5 / 11.5 mm),
+            ``benchmarks/bench_core.py``; about 3/4 of those frames converge within it. The iterations keep the angles within their limits: a step
+            is projected onto them, and a joint at a limit that the step would push past it is held
+            there for that step (projected Newton, Bertsekas 1982).
         coupling: ``"hard"`` (the thumb rotation is the screw-home law of flex and abduction) or
             ``"soft"`` (a variable of its own, penalised towards the law by ``coupling_weight``).
         estimate_scale: fit the hand scale ``s`` (else ``s = 1``).
         min_landmarks: frames with fewer usable landmarks are flagged and return the start pose.
         huber_delta: metres; landmark errors beyond it count linearly (robust to outliers).
-        limit_weight: penalty per rad² of joint-limit violation.
+        limit_weight: penalty per rad² of joint-limit violation in the objective (the angles LM visits
+            stay within the limits; the penalty prices angles outside them, e.g. in
+            :func:`~wuji_jax.landmark_loss`).
         prior_weight: pull towards the start angles (``q0``, default the neutral pose) per rad²; keeps
             the joints of unseen fingers defined.
         coupling_weight: soft coupling's penalty per rad² of deviation from the law.
@@ -60,11 +64,12 @@ class SolverConfig:
             that doubles with each rejection in a row (Nielsen's rule); a frame whose λ would pass
             ``damping_max`` has stalled and stops (not converged).
         tolerance: a frame has converged when the step's predicted cost decrease is below
-            ``tolerance × cost`` (or the cost is below the dtype's ε): further steps cannot change the fit.
+            ``tolerance × cost`` (or the cost is below the dtype's ε): further steps would lower the cost by
+            less than that (1e-3: the RMS residual by about 0.05 %).
         flag_residual: metres; frames with a larger RMS residual get :data:`FLAG_HIGH_RESIDUAL`.
     """
 
-    iterations: int = 12
+    iterations: int = 5
     coupling: str = "hard"
     estimate_scale: bool = True
     min_landmarks: int = 8
@@ -75,7 +80,7 @@ class SolverConfig:
     damping: float = 1e-3
     damping_min: float = 1e-9
     damping_max: float = 1e6
-    tolerance: float = 1e-5
+    tolerance: float = 1e-3
     flag_residual: float = 0.02
 
     def __post_init__(self):

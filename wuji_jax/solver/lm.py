@@ -17,7 +17,11 @@ The pieces, each a pure function of named pytrees:
   couplings to the pose ``(V, 7)`` and the pose block ``(7, 7)``;
 * :func:`gauss_newton_step`: the damped step, by a Schur complement over the finger blocks (``G``
   Cholesky factorisations of ``V × V`` and one of ``7 × 7`` per frame);
-* :func:`step`: one LM iteration with Nielsen's damping rule and the stopping test;
+* :func:`step`: one LM iteration with Nielsen's damping rule and the stopping test. The angles stay
+  within their limits: the trial point is projected onto them, and a joint at a limit that the step
+  would push past it is held there for the step (its row and column leave the system: Bertsekas'
+  projected Newton method, 1982). As a penalty alone, with no curvature at its edge, a limit made
+  the first steps of frames with joints at it overshoot and be rejected;
 * :func:`minimise`: the loop (``lax.while_loop``: a batch stops as soon as every frame has
   converged or stalled, at the latest after ``iterations``).
 
@@ -261,7 +265,13 @@ def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cf
             row = hot(n + m) - (k[m, 0] + k[m, 2] * x.q[sec]) * hot(src) - (k[m, 1] + k[m, 2] * x.q[src]) * hot(sec)
             A = A + cfg.coupling_weight * row[:, None] * row[None]
             gq = gq + cfg.coupling_weight * row * (x.rot[m] - law[m])
-    return A, Bm, C, gq, gp
+    # a joint at a limit that the descent direction −g would push past it is held there for this step
+    # (Bertsekas' projected Newton): its row and column leave the system, its step is 0
+    gq = _stored(gq, prob.one)  # (its sums would be recomputed in every consumer of the mask below)
+    held = (is_joint > 0) & (((xv >= hi) & (gq < 0)) | ((xv <= lo) & (gq > 0)))  # (V, G, B)
+    free = jnp.where(held, 0.0, 1.0).astype(kp.dtype)
+    A = A * free[:, None] * free[None] + jnp.eye(V, dtype=kp.dtype)[:, :, None, None] * (1 - free)[None]
+    return A, Bm * free[:, None], C, gq * free, gp
 
 
 def gauss_newton_step(A, Bm, C, gq, gp, lam, one=None):
@@ -284,11 +294,15 @@ def gauss_newton_step(A, Bm, C, gq, gp, lam, one=None):
     return dq, dp, pred
 
 
-def _apply(ch: Chains, x: Variables, dq, dp, soft: bool, cfg: SolverConfig) -> Variables:
-    """``x`` moved by the step (``dq`` in the variable layout, ``dp = (φ, δ, σ)``)."""
+def _apply(ch: Chains, x: Variables, dq, dp, soft: bool, cfg: SolverConfig, hand=None) -> Variables:
+    """``x`` moved by the step (``dq`` in the variable layout, ``dp = (φ, δ, σ)``); with ``hand`` the
+    angles are projected onto its limits."""
     d = dq.reshape((ch.V * ch.G,) + dq.shape[2:])[ch.var_slot]  # (n + M, B)
     logs = jnp.where(cfg.estimate_scale, jnp.clip(x.logs + dp[6], *_LOG_S), x.logs)
-    return Variables(q=x.q + d[:ch.n], rot=x.rot + d[ch.n:] if soft else x.rot,
+    q = x.q + d[:ch.n]
+    if hand is not None:
+        q = jnp.clip(q, hand.lower[:, None], hand.upper[:, None])
+    return Variables(q=q, rot=x.rot + d[ch.n:] if soft else x.rot,
                      R=geo.matmul(x.R, geo.so3_exp(dp[:3])), t=x.t + geo.matvec(x.R, dp[3:6]) * REF, logs=logs)
 
 
@@ -299,7 +313,7 @@ def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverCon
     A, Bm, C, gq, gp = normal_equations(hand, st, s.x, s.kp, s.J, prob, cfg)
     dq, dp, pred = gauss_newton_step(A, Bm, C, gq, gp, s.lam, prob.one)
     keep = lambda a: _stored(a, prob.one)  # noqa: E731 (each used by the cost and by the selection below)
-    x_new = jax.tree_util.tree_map(keep, _apply(st.ch, s.x, dq, dp, st.soft, cfg))
+    x_new = jax.tree_util.tree_map(keep, _apply(st.ch, s.x, dq, dp, st.soft, cfg, hand))
     kp_new, J_new = map(keep, keypoints(hand, st, params, x_new, True))
     cost_new = _stored(cost(hand, x_new, kp_new, prob, cfg, st.soft), prob.one)
     gain = (s.cost - cost_new) / jnp.maximum(pred, 1e-30)
@@ -319,6 +333,7 @@ def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverCon
 
 def _loop(st: Structure, theta, x0: Variables, active):
     hand, params, prob, cfg = theta
+    x0 = x0._replace(q=jnp.clip(x0.q, hand.lower[:, None], hand.upper[:, None]))  # LM stays within the limits
     kp, J = keypoints(hand, st, params, x0, True)
     B = kp.shape[-1]
     c0 = cost(hand, x0, kp, prob, cfg, st.soft)
