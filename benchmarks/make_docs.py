@@ -96,9 +96,9 @@ SCRIPTS = {
 #: ``results/`` (ik, gpu, batch, latency, and ``-partial`` robustness runs) are left out
 CURRENT_FORMAT = ("core", "vs_dexi", "pipeline", "parquet_rss", "robustness", "robustness-quick", "ray", "fk", "vs_dexret",
                   "gpu")
-#: results without a recorded commit count only when measured after this commit: "Default iterations 12"
+#: results without a recorded commit count only when measured after this commit: "LM keeps the angles within their limits" (defaults: 5 iterations, tolerance 1e-3)
 #: (the solver's current defaults, after the core rebuild d6f9a4d)
-SOLVER_SINCE = "264bd76"
+SOLVER_SINCE = "92f0815"
 REBUILD = "d6f9a4d"  # "Solver core rebuilt": results from before it describe the old solver
 
 BEGIN_README, END_README = "<!-- numbers:begin -->", "<!-- numbers:end -->"
