@@ -2,7 +2,10 @@
 
 * **Time to first answer**, each in a fresh process with an empty compilation cache: ``import
   wuji_jax``; the first ``wj.solve`` on 64 frames; the first ``wj.FrameSolver`` frame; ``wuji-jax
-  solve`` on the bundled sample with a fresh cache folder (cold) and again (warm).
+  solve`` on the bundled sample with a fresh cache folder (cold) and again (warm); the first gradient
+  through ``wj.solve`` (``jax.jit(jax.value_and_grad(...))`` of an Inspire command with respect to
+  one frame's landmarks, float32, default settings: what a learning pipeline pays before its first
+  step).
 * **Accuracy at the default settings** on dex-retargeting's recording and on the bundled sample:
   per-frame RMS residual (median, p95, max, frames above 15 mm), median per-keypoint error
   uncalibrated and after ``wj.calibrate``, converged frames, iterations; the fist frames' Inspire
@@ -76,12 +79,26 @@ print(json.dumps(dict(first_frame_solver_s=time.perf_counter() - t0)))
 """
 
 
+FIRST_GRADIENT = """
+import time, json
+import numpy as np, jax, wuji_jax as wj
+hand = wj.load_hand("right")
+y = np.load({data!r}).astype(np.float32)[100]
+t0 = time.perf_counter()
+f = jax.jit(jax.value_and_grad(lambda lm: wj.inspire.to_inspire(wj.solve(hand, lm).angles)[3]))
+jax.block_until_ready(f(y))
+print(json.dumps(dict(first_gradient_s=time.perf_counter() - t0)))
+"""
+
+
 def first_answer(data: Path, repeats: int) -> dict:
     env = {"WUJI_JAX_NO_CACHE": "1"}
     runs = [child(FIRST_SOLVE.format(data=str(data)), env) for _ in range(repeats)]
     fs = [child(FRAME_SOLVER_ONLY.format(data=str(data)), env)["first_frame_solver_s"] for _ in range(repeats)]
     out = {k: float(np.median([r[k] for r in runs])) for k in ("import_s", "first_solve_64_s")}
     out["first_frame_solver_s"] = float(np.median(fs))  # in a process of its own (no solve before it)
+    out["first_gradient_s"] = float(np.median([child(FIRST_GRADIENT.format(data=str(data)), env)["first_gradient_s"]
+                                               for _ in range(repeats)]))
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "wuji_jax", "solve", "-o", f"{tmp}/out.parquet", "--quiet",
                "--cache-dir", f"{tmp}/cache"]
@@ -186,7 +203,7 @@ def main(argv=None) -> dict:
     payload["first_answer"] = fa = first_answer(Path(data_file), 1 if args.quick else 3)
     print(f"import wuji_jax {fa['import_s']:.2f} s | first wj.solve (64 frames) {fa['first_solve_64_s']:.2f} s | "
           f"first FrameSolver frame {fa['first_frame_solver_s']:.2f} s | wuji-jax solve cold {fa['cli_cold_s']:.2f} s, "
-          f"warm {fa['cli_warm_s']:.2f} s", flush=True)
+          f"warm {fa['cli_warm_s']:.2f} s | first gradient through wj.solve {fa['first_gradient_s']:.2f} s", flush=True)
     payload["accuracy"] = []
     for name, y in (("dexret_human_joint_right", dexret), ("bundled_sample", sample)):
         if y is None:

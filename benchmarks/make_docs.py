@@ -421,6 +421,8 @@ def sec_first_answer(book: Results, detail: bool) -> str:
             ["first `wj.FrameSolver` frame", secs(g("first_frame_solver_s"))],
             ["`wuji-jax solve` on the bundled sample, empty compilation cache", secs(g("cli_cold_s"))],
             ["the same, second run (cache filled)", secs(g("cli_warm_s"))],
+            ["first gradient through `wj.solve` (`jax.jit(jax.value_and_grad(...))`, one frame)",
+             secs(g("first_gradient_s"))],
         ]))
     if len(out) == 1:
         out.append(book.absent(["core"], "bench_core.py"))
