@@ -397,8 +397,11 @@ def machine(res: Result) -> str:
     parts.append(f"jax {hw.get('jax') or '?'}")
     parts.append((res.date or "undated")[:10])
     if res.commit:
+        later = later_package_commits(res.commit)
         parts.append(f"commit {res.commit}" + (" (inferred from the date)" if res.commit_inferred else "")
-                     + (", uncommitted changes" if res.dirty else ""))
+                     + (", uncommitted changes" if res.dirty else "")
+                     + (f"; {later} later commit{'s' if later > 1 else ''} change{'' if later > 1 else 's'} "
+                        "`wuji_jax/`" if later else ""))
     return "; ".join(parts)
 
 
