@@ -5,7 +5,7 @@
 1. the closed-form start (:mod:`.start`): wrist similarity from the palm, angles from the bones
    (:func:`start_rows`);
 2. Levenberg–Marquardt (:mod:`.lm`) until every frame has converged, at most ``config.iterations``;
-3. the angles projected onto the limits, the fit, residuals and flags (2 and 3: :func:`fit_rows`).
+3. the fit, residuals and flags (2 and 3: :func:`fit_rows`).
 
 The kernel is one program (:func:`solve_rows`), except where its compilation outweighs its run
 (batches of up to 64 frames on the CPU, small ``wuji-jax solve`` jobs): there the start and the fit
@@ -175,8 +175,8 @@ def start_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
 
 
 def fit_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, start: Start) -> dict:
-    """Levenberg–Marquardt from ``start`` and the results (the second stage of :func:`solve_rows`):
-    the angles projected onto the limits, the fit, residuals and flags."""
+    """Levenberg–Marquardt from ``start`` (its angles within the limits) and the results (the second
+    stage of :func:`solve_rows`): the fit, residuals and flags."""
     hand, ch, params, st, f = _setup(hand, landmarks, weights, q0, config)
     soft, n, dtype = st.soft, hand.num_joints, landmarks.dtype
     y, w, q0, used, n_valid, enough, degenerate, valid = f
@@ -185,10 +185,9 @@ def fit_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, star
     x = Variables(start.q.T, start.rot.T if soft else empty, jnp.moveaxis(start.R, 0, -1), start.t.T, start.logs)
     x, iters, converged = minimise(hand, st, params, prob, config, x, valid)
 
-    # projection onto the limits; frames without enough landmarks keep their start pose
-    lo, hi = hand.lower[:, None], hand.upper[:, None]
-    q_start = jnp.clip(q0, lo, hi)
-    q = jnp.where(valid, jnp.clip(x.q, lo, hi), q_start)
+    # LM keeps the angles within the limits (lm.step); frames without enough landmarks keep their start pose
+    q_start = jnp.clip(q0, hand.lower[:, None], hand.upper[:, None])
+    q = jnp.where(valid, x.q, q_start)
     # a fit that is not finite (coordinates near float overflow) is flagged and returns the start pose
     finite_fit = (geo.total(jnp.isfinite(q).astype(jnp.int32), 0) == n) & jnp.isfinite(x.logs) \
         & (geo.total(jnp.isfinite(x.R).astype(jnp.int32), (0, 1)) == 9) & (geo.total(jnp.isfinite(x.t).astype(jnp.int32), 0) == 3)
