@@ -233,9 +233,23 @@ def test_optax_solves_the_same_problem(right):
     import optax
 
     q, y, *_ = synthetic(4, seed=14)
-    res = wj.solve_optax(right, y, optimizer=optax.adam(0.01), steps=600)
+    opt = optax.adam(0.01)
+    res = wj.solve_optax(right, y, optimizer=opt, steps=600)
     assert np.median(np.asarray(res.residual)) < 2e-3
     assert np.all(np.asarray(res.angles) >= LOWER - 1e-9) and np.all(np.asarray(res.angles) <= UPPER + 1e-9)
+    # the same optimizer object again: the compiled program is reused, and landmark_loss (eager, here)
+    # is one compiled program, not an op-by-op dispatch
+    from compile_log import compiles
+
+    with compiles() as compiled:
+        again = wj.solve_optax(right, y, optimizer=opt, steps=600)
+    assert compiled == [], compiled
+    log_scale = np.log(np.asarray(res.scale))
+    with compiles() as compiled:
+        loss = wj.landmark_loss(right, res.angles, res.rotation, res.translation, log_scale, y)
+    assert len(compiled) <= 1, compiled
+    np.testing.assert_array_equal(np.asarray(again.angles), np.asarray(res.angles))
+    np.testing.assert_allclose(np.asarray(loss), np.asarray(res.cost), rtol=1e-9)
 
 
 def test_chunks_and_the_start_between_two_programs(right):

@@ -609,7 +609,8 @@ def landmark_loss(hand: HandModel, q, rotation, translation, log_scale, landmark
 
     The same function LM minimises (:func:`wuji_jax.solver.lm.cost`): Σ_k w_k·Huber(|fit_k − y_k|/1 cm)
     + ½·limit_weight·Σ limit violation² + ½·prior_weight·|q − q_prior|² (+ ½·coupling_weight·
-    (coupled − law)² for ``config.coupling == "soft"``).
+    (coupled − law)² for ``config.coupling == "soft"``). One compiled program per shape, dtype and
+    coupling (called eagerly, its first call compiles once instead of dispatching op by op).
 
     Args:
         q: ``(*batch, n)`` angles, radians; rotation ``(*batch, 3, 3)``; translation ``(*batch, 3)``
@@ -623,6 +624,13 @@ def landmark_loss(hand: HandModel, q, rotation, translation, log_scale, landmark
     """
     config = config or DEFAULT_CONFIG
     q = check_angles(hand, q)
+    if not is_traced(q, *jax.tree_util.tree_leaves(config)):
+        config = config_arrays(config, q.dtype)
+    return _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights, config, q_prior, coupled)
+
+
+@jax.jit
+def _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights, config, q_prior, coupled):
     dtype = q.dtype
     soft = config.coupling == "soft"
     hand = hand.astype(dtype)
@@ -645,6 +653,14 @@ def landmark_loss(hand: HandModel, q, rotation, translation, log_scale, landmark
     return cost(hand, x, kp, prob, config, soft).reshape(batch)
 
 
+@functools.lru_cache(maxsize=1)
+def _default_optimizer():
+    """``optax.adam(0.02)``, one object per process: the compiled optax program is kept per optimizer."""
+    import optax
+
+    return optax.adam(0.02)
+
+
 def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, weights=None,
                 config: SolverConfig | None = None, extra_loss=None):
     """Minimise :func:`landmark_loss` (+ ``extra_loss(q)`` if given) with an optax optimizer.
@@ -652,19 +668,52 @@ def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, we
     The wrist pose is initialised from the palm as in :func:`solve`; the rotation is parametrised by a
     rotation vector composed on the right. Default optimizer: ``optax.adam(0.02)``. Returns an
     :class:`IKResult` (``iterations`` = ``steps``; ``converged`` False: optax runs a fixed budget).
-    """
-    import optax
 
+    The optimisation and its results are one compiled program, kept per optimizer object, ``steps``,
+    ``extra_loss`` function, input shape and dtype: pass the same optimizer (and ``extra_loss``) objects
+    again to solve without compiling (a new ``optax.adam(...)`` on each call compiles each time).
+    """
     config = config or DEFAULT_CONFIG
     lm, weights, _ = check_solver_input(hand, landmarks, weights, None)
-    batch = lm.shape[:-2]
+    steps = int(steps)
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
     lm = jnp.asarray(lm)
     weights, q0 = default_inputs(hand, lm, None if weights is None else jnp.asarray(weights), None, jnp)
     init = solve(hand, lm, weights, config, iterations=0, check_units=False)
-    optimizer = optimizer or optax.adam(0.02)
-    params = dict(q=jnp.asarray(q0), phi=jnp.zeros(batch + (3,), lm.dtype), t=init.translation,
-                  logs=jnp.log(init.scale))
-    R0 = init.rotation
+    optimizer = optimizer or _default_optimizer()
+    if not is_traced(lm, weights, *jax.tree_util.tree_leaves(config)):
+        config = config_arrays(config, lm.dtype)
+    fields = _optax_program(hand, lm, weights, q0, init.rotation, init.translation, init.scale, config,
+                            optimizer=_Static(optimizer), steps=steps, extra_loss=_Static(extra_loss))
+    return init._replace(**fields)
+
+
+class _Static:
+    """A static argument of a compiled program, compared by identity (an optax transformation is a
+    NamedTuple of functions: hashable, but not always; the same object is the same program)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return id(self.value)
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and other.value is self.value
+
+
+def _optax_fit(hand, lm, weights, q0, R0, t0, s0, config, *, optimizer, steps, extra_loss):
+    """:func:`solve_optax`'s optimisation and results (the :class:`IKResult` fields it replaces)."""
+    import optax
+
+    from ..kinematics import coupled_angles, forward_keypoints
+
+    optimizer, extra_loss = optimizer.value, extra_loss.value
+    batch = lm.shape[:-2]
+    params = dict(q=q0, phi=jnp.zeros(batch + (3,), lm.dtype), t=t0, logs=jnp.log(s0))
 
     def rot(phi):
         R = geo.so3_exp(jnp.moveaxis(phi, -1, 0))  # (3, 3, *batch)
@@ -676,20 +725,13 @@ def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, we
             val = val + extra_loss(p["q"])
         return jnp.sum(val)
 
-    @jax.jit
-    def run(params):
-        def body(carry, _):
-            p, s = carry
-            val, g = jax.value_and_grad(loss)(p)
-            upd, s = optimizer.update(g, s, p, value=val, grad=g, value_fn=loss)
-            return (optax.apply_updates(p, upd), s), val
+    def body(carry, _):
+        p, s = carry
+        val, g = jax.value_and_grad(loss)(p)
+        upd, s = optimizer.update(g, s, p, value=val, grad=g, value_fn=loss)
+        return (optax.apply_updates(p, upd), s), val
 
-        (p, _), hist = jax.lax.scan(body, (params, optimizer.init(params)), None, length=steps)
-        return p, hist
-
-    p, _ = run(params)
-    from ..kinematics import coupled_angles, forward_keypoints
-
+    (p, _), _ = jax.lax.scan(body, (params, optimizer.init(params)), None, length=steps)
     q = jnp.clip(p["q"], hand.lower, hand.upper)
     R, s = rot(p["phi"]), jnp.exp(p["logs"])
     kp = s[..., None, None] * jnp.einsum("...ij,...kj->...ki", R, forward_keypoints(hand, q)) + p["t"][..., None, :]
@@ -697,9 +739,12 @@ def solve_optax(hand: HandModel, landmarks, optimizer=None, steps: int = 300, we
     err = jnp.where(used, jnp.linalg.norm(kp - jnp.where(used[..., None], lm, 0.0), axis=-1), 0.0)
     resid = jnp.sqrt(jnp.sum(err**2, -1) / jnp.maximum(jnp.sum(used, -1), 1))
     c = landmark_loss(hand, q, R, p["t"], p["logs"], lm, weights, config)
-    return init._replace(angles=q, coupled=coupled_angles(hand, q), rotation=R, translation=p["t"], scale=s,
-                         keypoints=kp, residual=resid, errors=err, iterations=jnp.full(batch, steps, jnp.int32),
-                         converged=jnp.zeros(batch, bool), cost=c)
+    return dict(angles=q, coupled=coupled_angles(hand, q), rotation=R, translation=p["t"], scale=s,
+                keypoints=kp, residual=resid, errors=err, iterations=jnp.full(batch, steps, jnp.int32),
+                converged=jnp.zeros(batch, bool), cost=c)
+
+
+_optax_program = jax.jit(_optax_fit, static_argnames=("optimizer", "steps", "extra_loss"))
 
 
 def pose_from_palm(hand: HandModel, landmarks, weights=None, estimate_scale: bool = True):
