@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +35,7 @@ def calibration_params(hand: HandModel):
             "palm_rot": jnp.zeros((len(palm), 3), dt), "bone_rot": jnp.zeros((len(bones), 3), dt)}
 
 
+@jax.jit
 def apply_calibration(hand: HandModel, params) -> HandModel:
     """The model with bones scaled by ``exp(log_length)``, palm offsets moved by ``palm`` (metres), and
     the metacarpal and bone joint frames turned by the rotation vectors ``palm_rot`` and ``bone_rot``
@@ -88,8 +90,6 @@ def calibrate(
     Returns:
         A :class:`HandModel` with calibrated ``origin_xyz`` and ``origin_rot``.
     """
-    import optax
-
     config = config or SolverConfig()
     lm = check_landmarks(landmarks, check_units=check_units).reshape(-1, 21, 3)
     w = np.ones(lm.shape[:2], lm.dtype) if weights is None else np.asarray(weights, lm.dtype).reshape(-1, 21)
@@ -100,29 +100,36 @@ def calibrate(
     keep = keep[np.linspace(0, keep.size - 1, min(max_frames, keep.size)).astype(int)]
     lm, w = jnp.asarray(lm[keep]), jnp.asarray(w[keep])
     params = calibration_params(hand)
-    opt = optax.adam(learning_rate)
+    dt = lm.dtype
+    priors = tuple(jnp.asarray(v, dt) for v in (length_prior, palm_prior, rotation_prior))
+    for _ in range(rounds):
+        r = solve(apply_calibration(hand, params), lm, w, config, check_units=False)
+        params = _fit(hand, params, r.angles, r.rotation, r.translation, r.scale, lm, w, config, priors,
+                      jnp.asarray(learning_rate, dt), steps=int(steps))
+    return apply_calibration(hand, params)
 
-    def objective(p, q, R, t, logs):
+
+@functools.partial(jax.jit, static_argnames=("steps",))
+def _fit(hand, params, q, R, t, scale, lm, w, config, priors, learning_rate, *, steps):
+    """``steps`` Adam steps on the calibration parameters with the solved poses held (one compiled
+    program for every call with the same shapes: the priors and the learning rate are arguments)."""
+    import optax
+
+    opt = optax.adam(learning_rate)
+    length_prior, palm_prior, rotation_prior = priors
+    logs = jnp.log(scale)
+
+    def objective(p):
         h = apply_calibration(hand, p)
         data = jnp.mean(landmark_loss(h, q, R, t, logs, lm, w, config))
         prior = (jnp.sum((p["log_length"] / length_prior) ** 2) + jnp.sum((p["palm"] / palm_prior) ** 2)
                  + (jnp.sum(p["palm_rot"] ** 2) + jnp.sum(p["bone_rot"] ** 2)) / rotation_prior ** 2)
         return data + prior
 
-    @jax.jit
-    def fit(p, q, R, t, logs):
-        state = opt.init(p)
+    def body(carry, _):
+        p, s = carry
+        upd, s = opt.update(jax.grad(objective)(p), s, p)
+        return (optax.apply_updates(p, upd), s), None
 
-        def body(carry, _):
-            p, s = carry
-            g = jax.grad(objective)(p, q, R, t, logs)
-            upd, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, upd), s), None
-
-        (p, _), _ = jax.lax.scan(body, (p, state), None, length=steps)
-        return p
-
-    for _ in range(rounds):
-        r = solve(apply_calibration(hand, params), lm, w, config, check_units=False)
-        params = fit(params, r.angles, r.rotation, r.translation, jnp.log(r.scale))
-    return apply_calibration(hand, params)
+    (params, _), _ = jax.lax.scan(body, (params, opt.init(params)), None, length=steps)
+    return params

@@ -201,16 +201,13 @@ def draw_hand(hand, q, path=None, title: str | None = None, landmarks=None):
     Returns:
         The ``matplotlib.figure.Figure``.
     """
-    import jax
-
     from .kinematics import forward_kinematics
 
     q = _points(q, (hand.num_joints,), "joint angles q")
-    # One pose: op by op takes well under a second, while compiling the batched FK kernel takes 5-25 s.
-    with jax.disable_jit():
-        frames = forward_kinematics(hand, q)
-        rot = np.asarray(frames.rotations, np.float64)
-        pos = np.asarray(frames.positions, np.float64) * _MM
+    # the compiled FK (under a second to compile; op by op, ~140 one-op programs took 6 s)
+    frames = forward_kinematics(hand, q)
+    rot = np.asarray(frames.rotations, np.float64)
+    pos = np.asarray(frames.positions, np.float64) * _MM
     # Keypoints are link origins (DESIGN.md's keypoint map), so they come with the frames.
     kp = pos[list(hand.keypoint_links)] if hand.keypoint_links else None
     obs = None
