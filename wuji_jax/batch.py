@@ -1130,7 +1130,7 @@ def _table(part: dict[str, np.ndarray], names: list[str], inspire: bool,
     m = part["frame"].shape[0]
     t: dict[str, np.ndarray] = {
         "frame": part["frame"], "timestamp": part["timestamp"],
-        "source": np.asarray([names[i] for i in part["source"]], dtype=str) if m else np.zeros(0, "<U1"),
+        "source": np.asarray(names, dtype=str)[part["source"]] if m else np.zeros(0, "<U1"),
         "side": np.full(m, side),
     }
     for j, jn in enumerate(hand.joint_names):
