@@ -5,7 +5,10 @@
   solve`` on the bundled sample with a fresh cache folder (cold) and again (warm); the first gradient
   through ``wj.solve`` (``jax.jit(jax.value_and_grad(...))`` of an Inspire command with respect to
   one frame's landmarks, float32, default settings: what a learning pipeline pays before its first
-  step).
+  step); and the first and the second call, in one fresh process, of the other entry points a
+  notebook meets: ``wj.solve_optax`` (8 frames, default optimizer and steps), ``wj.landmark_loss``
+  (8 frames), ``wj.calibrate`` (default settings, the recording), ``wj.viz.draw_hand`` (a PNG); and
+  ``wuji-jax pose pinch`` without a cache (wall clock).
 * **Accuracy at the default settings** on dex-retargeting's recording and on the bundled sample:
   per-frame RMS residual (median, p95, max, frames above 15 mm), median per-keypoint error
   uncalibrated and after ``wj.calibrate``, converged frames, iterations; the fist frames' Inspire
@@ -91,6 +94,27 @@ print(json.dumps(dict(first_gradient_s=time.perf_counter() - t0)))
 """
 
 
+OTHER_CALLS = """
+import time, json, tempfile
+import numpy as np, jax, wuji_jax as wj
+hand = wj.load_hand("right")
+y = np.load({data!r}).astype(np.float32)
+out = {{}}
+def twice(name, f):
+    t0 = time.perf_counter(); jax.block_until_ready(f()); t1 = time.perf_counter()
+    jax.block_until_ready(f()); t2 = time.perf_counter()
+    out[name] = [t1 - t0, t2 - t1]
+twice("solve_optax", lambda: wj.solve_optax(hand, y[:8]).angles)
+r = wj.solve(hand, y[:8])
+ls = np.log(np.asarray(r.scale))
+twice("landmark_loss", lambda: wj.landmark_loss(hand, r.angles, r.rotation, r.translation, ls, y[:8]))
+twice("calibrate", lambda: wj.calibrate(hand, y).origin_xyz)
+png = tempfile.mkdtemp() + "/hand.png"
+twice("draw_hand", lambda: (wj.viz.draw_hand(hand, wj.named_pose("pinch"), png), np.zeros(0))[1])
+print(json.dumps(out))
+"""
+
+
 def first_answer(data: Path, repeats: int) -> dict:
     env = {"WUJI_JAX_NO_CACHE": "1"}
     runs = [child(FIRST_SOLVE.format(data=str(data)), env) for _ in range(repeats)]
@@ -108,7 +132,12 @@ def first_answer(data: Path, repeats: int) -> dict:
             subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
                            capture_output=True)
             walls.append(time.perf_counter() - t0)
-    out.update(cli_cold_s=walls[0], cli_warm_s=walls[1])
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "wuji_jax", "pose", "pinch", "-o", f"{tmp}/pinch.png"], cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), **env}, check=True, capture_output=True)
+        pose_s = time.perf_counter() - t0
+    out.update(cli_cold_s=walls[0], cli_warm_s=walls[1], cli_pose_s=pose_s)
+    out["first_second_call_s"] = child(OTHER_CALLS.format(data=str(data)), env)
     return out
 
 
@@ -203,7 +232,10 @@ def main(argv=None) -> dict:
     payload["first_answer"] = fa = first_answer(Path(data_file), 1 if args.quick else 3)
     print(f"import wuji_jax {fa['import_s']:.2f} s | first wj.solve (64 frames) {fa['first_solve_64_s']:.2f} s | "
           f"first FrameSolver frame {fa['first_frame_solver_s']:.2f} s | wuji-jax solve cold {fa['cli_cold_s']:.2f} s, "
-          f"warm {fa['cli_warm_s']:.2f} s | first gradient through wj.solve {fa['first_gradient_s']:.2f} s", flush=True)
+          f"warm {fa['cli_warm_s']:.2f} s | first gradient through wj.solve {fa['first_gradient_s']:.2f} s | "
+          f"wuji-jax pose pinch {fa['cli_pose_s']:.2f} s", flush=True)
+    print("first / second call: " + " | ".join(f"{k} {a:.2f} / {b:.3f} s" for k, (a, b) in
+                                              fa["first_second_call_s"].items()), flush=True)
     payload["accuracy"] = []
     for name, y in (("dexret_human_joint_right", dexret), ("bundled_sample", sample)):
         if y is None:

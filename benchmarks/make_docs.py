@@ -328,6 +328,12 @@ def secs(x: Any) -> str:
     return f_(x, ".1f")
 
 
+def short(x: Any) -> str:
+    """Seconds, or milliseconds below 0.1 s."""
+    v = _num(x)
+    return secs(v) if v is None or v >= 0.1 else f"{v * 1e3:.1f} ms"
+
+
 def ms(x: Any) -> str:
     v = _num(x)
     return DASH if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
@@ -426,7 +432,18 @@ def sec_first_answer(book: Results, detail: bool) -> str:
             ["the same, second run (cache filled)", secs(g("cli_warm_s"))],
             ["first gradient through `wj.solve` (`jax.jit(jax.value_and_grad(...))`, one frame)",
              secs(g("first_gradient_s"))],
+            ["`wuji-jax pose pinch` (a PNG of a named pose), no compilation cache", secs(g("cli_pose_s"))],
         ]))
+        calls = g("first_second_call_s") or {}
+        names = {"solve_optax": "`wj.solve_optax` (8 frames, default optimizer, 300 steps)",
+                 "landmark_loss": "`wj.landmark_loss` (8 frames)",
+                 "calibrate": "`wj.calibrate` (default settings, the recording)",
+                 "draw_hand": "`wj.viz.draw_hand` (a PNG)"}
+        if calls:
+            out.append("Other entry points, first and second call in one fresh process (seconds; the first "
+                       "compiles, later calls with the same shapes reuse the program):")
+            out.append(table(["", "first call", "second call"],
+                             [[names.get(k, f"`{k}`"), secs(v[0]), short(v[1])] for k, v in calls.items()]))
     if len(out) == 1:
         out.append(book.absent(["core"], "bench_core.py"))
     return "\n\n".join(out)
