@@ -13,7 +13,8 @@ How a run is laid out
 * The files are cut into *blocks*: a file whose frame count its header gives (``.npy``, ``.npz``,
   Parquet, HDF5) is split into blocks of ``block_size`` frames (default 16 chunks), any other file
   (CSV, JSONL, a video) is one block. The blocks form a :class:`ray.data.Dataset` of one row each,
-  ``map_batches``'d by an actor pool of :class:`_BlockSolver`: on CPUs one worker per node by default,
+  ``map_batches``'d by an actor pool of :class:`_BlockSolver` (two blocks at a time per worker, see
+  :func:`_actor_pool`): on CPUs one worker per node by default,
   holding the node's CPUs (``cpus_per_worker``, default the smallest node's CPU count) as that many
   JAX CPU devices, exactly as ``wuji-jax solve`` uses a machine; on GPUs one worker per GPU. A
   worker turns on the persistent compilation cache and compiles the solver once when it starts;
@@ -93,6 +94,8 @@ __all__ = ["solve_dataset_ray", "run_solve_cli", "DEFAULT_BLOCK_CHUNKS"]
 #: frames per block, in chunks: big enough that a block's start-up (reading the file up to it) is
 #: small next to solving it, small enough that the blocks of one big file keep every worker busy
 DEFAULT_BLOCK_CHUNKS = 16
+#: blocks a worker solves side by side (where Ray Data allows it, see :func:`_actor_pool`)
+BLOCKS_PER_WORKER = 2
 _MANIFEST_VERSION = 1
 _RUNNER = "ray"
 _INSTALL = "pip install 'wuji-jax[ray]'"
@@ -622,6 +625,25 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     return summary
 
 
+def _actor_pool(rd, n_workers: int):
+    """The workers: ``n_workers`` actors, each solving :data:`BLOCKS_PER_WORKER` blocks at a time where Ray
+    Data can run a callable class's calls side by side (its ``ActorPoolStrategy`` takes
+    ``max_concurrent_calls_per_actor`` and ``enable_true_multi_threading``, as Ray 2.60's does), else one. Two blocks on one worker queue their chunks on the
+    same devices: the next block's reading and first chunks fill the gap where a block ends (the last
+    chunk's wait, its part's packing, Ray's hand-over), which left the worker's devices idle between
+    blocks. A block's frames are solved exactly as alone (a frame's result does not depend on its
+    neighbours)."""
+    import inspect
+
+    params = inspect.signature(rd.ActorPoolStrategy).parameters
+    if BLOCKS_PER_WORKER > 1 and {"max_concurrent_calls_per_actor", "enable_true_multi_threading"} <= set(params):
+        return rd.ActorPoolStrategy(size=n_workers, max_tasks_in_flight_per_actor=BLOCKS_PER_WORKER,
+                                    max_concurrent_calls_per_actor=BLOCKS_PER_WORKER,
+                                    enable_true_multi_threading=True)
+    # one block at a time per worker: a queue in front of a busy worker would only leave another idle
+    return rd.ActorPoolStrategy(size=n_workers, max_tasks_in_flight_per_actor=1)
+
+
 def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, settings: dict, run: dict,
                 progress: bool):
     """Yield each block's meta (with its ``part`` bytes) as the workers finish it, in any order."""
@@ -646,10 +668,7 @@ def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, setting
     try:
         ds = rd.from_items(rows, override_num_blocks=len(rows))
         ds = ds.map_batches(
-            _BlockSolver, batch_size=1, batch_format="pyarrow",
-            # one block at a time per worker: a block is many seconds of work, so a queue in front of
-            # a busy worker would only leave another one idle at the end
-            compute=rd.ActorPoolStrategy(size=n_workers, max_tasks_in_flight_per_actor=1),
+            _BlockSolver, batch_size=1, batch_format="pyarrow", compute=_actor_pool(rd, n_workers),
             num_cpus=1 if gpu else run["cpus"], num_gpus=1 if gpu else None,
             fn_constructor_kwargs={"settings": settings, "cache": run["cache"], "gpu": gpu,
                                    "crash_once": run["crash_once"]})
