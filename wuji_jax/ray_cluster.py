@@ -474,8 +474,8 @@ def solve_dataset_ray(
         if gpu and not gpus:
             raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
         k = 1 if gpu else _cpus_per_worker(ray, cpus_per_worker)
-        if batch_size is None:
-            batch_size = _batch._default_batch(chunk_size, "gpu" if gpu else "cpu", k)
+        if batch_size is None:  # as solve_dataset's for these files
+            batch_size = _batch._default_batch(chunk_size, "gpu" if gpu else "cpu", k, _batch._total_frames(files))
         batch_size = -(-max(int(batch_size), 1) // k) * k  # a multiple of the worker's devices
         if workers is None:
             workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)) // k, 1)
