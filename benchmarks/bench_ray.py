@@ -5,7 +5,8 @@ on the same data.
 1. The synthetic dataset of ``benchmarks/bench_batch.py`` (``--frames``, default 10⁶: random angles
    within the limits → FK → a random similarity + 1 mm noise, 0.5 % NaN frames), float32 ``.npy``,
    made in a child process and cached in ``--workdir``.
-2. Warm-up, untimed: the command line and a one-worker Ray run on the first 8192 frames, so that
+2. Warm-up, untimed: the command line and a one-worker Ray run on the first ``QUICK_JOB_FRAMES`` + 1
+   frames (a big job: the kernel the timed runs use, not the small jobs' quick one), so that
    both programs are in the compilation cache (``<workdir>/xla``, used by every run below).
 3. Timed, each in a fresh process, wall clock from outside (interpreter start, imports, cluster start
    and stop, reading, solving, writing the Parquet table and the summary; no plot):
@@ -200,7 +201,9 @@ def main(argv=None) -> dict:
                         "int(sys.argv[2]), int(sys.argv[3]))", str(data), str(frames), str(args.seed)],
                        check=True, cwd=HERE, env=_env())
     small = work / "warmup.npy"
-    np.save(small, np.load(data, mmap_mode="r")[:8192])
+    from wuji_jax.batch import QUICK_JOB_FRAMES
+
+    np.save(small, np.load(data, mmap_mode="r")[:QUICK_JOB_FRAMES + 1])
 
     print("warm-up (compiles into the cache) ...", flush=True)
     t = time.perf_counter()
