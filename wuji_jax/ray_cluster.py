@@ -58,10 +58,10 @@ Ray costs a few seconds to start a local cluster and a few more to start the wor
 each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
 the driver, its statistics and autoscaling actors, the raylet) take a share of the CPUs while the
 workers solve. On one machine it does not beat the plain command line: ``benchmarks/bench_ray.py``
-on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-05, medians of 2 rounds) measured 52.4k frames/s for
-``wuji-jax solve`` (19.1 s) against 37.1k with the default layout on a cluster the job starts (one
-worker holding both CPUs; 27.0 s, 3.2-4.3 s of it the cluster's start; +41.3 %), 37.7k with two
-one-CPU workers (+38.8 %), and 42.1k (23.8 s, +24.2 %) for ``wuji-jax solve ... --ray auto`` on a
+on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-05, medians of 2 rounds) measured 54.5k frames/s for
+``wuji-jax solve`` (18.3 s) against 37.6k with the default layout on a cluster the job starts (one
+worker holding both CPUs; 26.6 s, 3.5-4.4 s of it the cluster's start; +45.0 %), 36.4k with two
+one-CPU workers (+49.8 %), and 41.8k (24.0 s, +30.6 %) for ``wuji-jax solve ... --ray auto`` on a
 cluster already running. A run of the default layout spent, besides the solve: importing Ray 0.4 s,
 ``ray.init`` 2.4 s, Ray Data's start until the worker ran 1.5-2.4 s (a plain Ray actor: 0.1 s),
 the worker's start and program load 1-3 s, ``ray.shutdown`` 1.4 s.
