@@ -276,9 +276,8 @@ def _count_frames(path: Any) -> int | None:
     return None
 
 
-def _total_frames(files: Sequence[Any]) -> int | None:
-    """The frames of all ``files`` as their headers give them, or None where one does not."""
-    counts = [_count_frames(f) for f in files]
+def _total_frames(counts: Sequence[int | None]) -> int | None:
+    """The frames of all files from their counts (:func:`_count_frames`), or None where one is unknown."""
     return sum(counts) if all(c is not None for c in counts) else None
 
 
@@ -773,13 +772,14 @@ def solve_dataset(
 
     files = wio._expand(source)
     _check_outputs(source, files, out)
+    total = _total_frames([_count_frames(f) for f in files])  # the headers, read once
     if batch_size is None:
-        batch_size = _default_batch(chunk_size, devices[0].platform, nd, _total_frames(files))
+        batch_size = _default_batch(chunk_size, devices[0].platform, nd, total)
     batch_size = -(-max(int(batch_size), 1) // nd) * nd
     out.parent.mkdir(parents=True, exist_ok=True)
     with _OutputLock(out):
         return _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
-                             batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start)
+                             batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total)
 
 
 def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str = "") -> tuple:
@@ -815,8 +815,9 @@ def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str 
 
 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
-                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start) -> dict[str, Any]:
-    """:func:`solve_dataset` once its arguments are checked and it holds the output's lock."""
+                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total) -> dict[str, Any]:
+    """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
+    the inputs' frames as their headers give them, or None)."""
     # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
     # not after
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
@@ -850,7 +851,6 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     def chunks_of(a: int, b: int) -> range:
         return range(a // chunk_size * chunk_size, b, chunk_size) if b > a else range(0)
 
-    total = _total_frames(files)
     bar = _Progress(total, progress)
     kernel = _Kernel(config, devices, batch_size, dtype, quick=total is not None and total <= QUICK_JOB_FRAMES)
     stats = {"done": 0, "solved": 0, "resumed": 0, "dispatched": 0}

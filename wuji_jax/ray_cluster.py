@@ -303,11 +303,11 @@ class _Device:
     platform: str
 
 
-def _blocks(files: Sequence[Any], block_size: int, max_frames: int | None) -> list[dict]:
-    """The blocks, in input order: ``file``, ``start``, ``stop`` (None: to the end of the file)."""
+def _blocks(counts: Sequence[int | None], block_size: int, max_frames: int | None) -> list[dict]:
+    """The blocks of files with ``counts`` frames (None: unknown), in input order: ``file``, ``start``,
+    ``stop`` (None: to the end of the file)."""
     out = []
-    for fi, f in enumerate(files):
-        n = _batch._count_frames(f)
+    for fi, n in enumerate(counts):
         limit = wio.MAX_FRAMES if max_frames is None else max_frames
         if n is None or n <= block_size or n > limit:  # unknown, small, or refused by the reader anyway
             out.append({"file": fi, "start": 0, "stop": None})
@@ -466,6 +466,7 @@ def solve_dataset_ray(
 
     files = wio._expand(source)
     _batch._check_outputs(source, files, out)
+    counts = [_batch._count_frames(f) for f in files]  # the headers, read once (batch size and blocks)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = _connect(ray, address, progress)
     try:
@@ -475,12 +476,12 @@ def solve_dataset_ray(
             raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
         k = 1 if gpu else _cpus_per_worker(ray, cpus_per_worker)
         if batch_size is None:  # as solve_dataset's for these files
-            batch_size = _batch._default_batch(chunk_size, "gpu" if gpu else "cpu", k, _batch._total_frames(files))
+            batch_size = _batch._default_batch(chunk_size, "gpu" if gpu else "cpu", k, _batch._total_frames(counts))
         batch_size = -(-max(int(batch_size), 1) // k) * k  # a multiple of the worker's devices
         if workers is None:
             workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)) // k, 1)
-        run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "gpu": gpu, "cpus": k,
-               "workers": int(workers), "cache": cache, "crash_once": None if _crash_once is None
+        run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "counts": counts,
+               "gpu": gpu, "cpus": k, "workers": int(workers), "cache": cache, "crash_once": None if _crash_once is None
                else str(_crash_once), "address": address}
         with _batch._OutputLock(out):
             return _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progress, inspire,
@@ -504,7 +505,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     parts_dir, manifest_path, old = _batch._open_parts(out, identity, resume, notes, " (or it was not a Ray run)")
     recorded: dict[int, dict] = {int(u["unit"]): u for u in old.get("units", [])} if old else {}
 
-    blocks = _blocks(files, block_size, max_frames)
+    blocks = _blocks(run["counts"], block_size, max_frames)
     for u, b in enumerate(blocks):
         b["unit"] = u
 
@@ -628,13 +629,13 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
 
 
 def _actor_pool(rd, n_workers: int):
-    """The workers: ``n_workers`` actors, each solving :data:`BLOCKS_PER_WORKER` blocks at a time where Ray
-    Data can run a callable class's calls side by side (its ``ActorPoolStrategy`` takes
-    ``max_concurrent_calls_per_actor`` and ``enable_true_multi_threading``, as Ray 2.60's does), else one. Two blocks on one worker queue their chunks on the
-    same devices: the next block's reading and first chunks fill the gap where a block ends (the last
-    chunk's wait, its part's packing, Ray's hand-over), which left the worker's devices idle between
-    blocks. A block's frames are solved exactly as alone (a frame's result does not depend on its
-    neighbours)."""
+    """The workers: ``n_workers`` actors, each solving :data:`BLOCKS_PER_WORKER` blocks at a time where
+    Ray Data can run a callable class's calls side by side (its ``ActorPoolStrategy`` takes
+    ``max_concurrent_calls_per_actor`` and ``enable_true_multi_threading``, as Ray 2.60's does), else
+    one. Two blocks on one worker queue their chunks on the same devices: the next block's reading and
+    first chunks fill the gap where a block ends (the last chunk's wait, its part's packing, Ray's
+    hand-over), which left the worker's devices idle between blocks. A block's frames are solved
+    exactly as alone (a frame's result does not depend on its neighbours)."""
     import inspect
 
     params = inspect.signature(rd.ActorPoolStrategy).parameters

@@ -626,7 +626,8 @@ def landmark_loss(hand: HandModel, q, rotation, translation, log_scale, landmark
     q = check_angles(hand, q)
     if not is_traced(q, *jax.tree_util.tree_leaves(config)):
         config = config_arrays(config, q.dtype)
-    return _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights, config, q_prior, coupled)
+    return _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights, config, q_prior,
+                          coupled)
 
 
 @jax.jit
