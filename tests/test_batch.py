@@ -272,6 +272,40 @@ def test_bad_files_are_skipped_on_request(tmp_path, world):
         batch.solve_dataset([missing], tmp_path / "none.parquet", on_error="skip", **FAST)
 
 
+def test_a_fresh_run_writes_its_table_while_solving(tmp_path, world, monkeypatch):
+    """A fresh run of known size writes its table as the chunks are solved: nothing is assembled from
+    the part files afterwards (test_killed_run_resumes_to_identical_output compares the two ways byte
+    for byte). A file that fails after some of its rows went in sends the run back to the parts,
+    assembled without that file's rows."""
+    import pyarrow.parquet as pq
+
+    assembled = []
+    real = batch._assemble
+    monkeypatch.setattr(batch, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
+    a = _npy(tmp_path / "a.npy", world[:150])
+    alone = tmp_path / "alone.parquet"
+    assert batch.solve_dataset(a, alone, **FAST)["frames"] == 150
+    assert assembled == []
+
+    # 200 frames in two row groups of 100; the second's first page header is destroyed: the reader
+    # gives 64 frames (chunk 0, solved and written) before it fails
+    cols = {c: world[:200].reshape(200, -1)[:, i] for i, c in enumerate(wj.io.LANDMARK_COLUMNS)}
+    broken = tmp_path / "broken.parquet"
+    pq.write_table(pyarrow.table(cols), broken, row_group_size=100, compression="none")
+    offset = pq.ParquetFile(broken).metadata.row_group(1).column(0).data_page_offset
+    data = bytearray(broken.read_bytes())
+    data[offset:offset + 40] = b"\xff" * 40
+    broken.write_bytes(bytes(data))
+    out = tmp_path / "o.parquet"
+    s = batch.solve_dataset([str(broken), a], out, on_error="skip", **FAST)
+    assert assembled == [out]
+    assert len(s["errors"]) == 1 and s["errors"][0].startswith(str(broken)) and s["frames"] == 150
+    df, ref = pd.read_parquet(out), pd.read_parquet(alone)
+    assert list(df["source"]) == [a] * 150
+    pd.testing.assert_frame_equal(df, ref)  # frame by frame the same as a alone (neighbours do not matter)
+    assert not (tmp_path / "o.parquet.parts").exists() and not list(tmp_path.glob(".o.parquet*"))
+
+
 def test_side_auto_per_file(tmp_path, world):
     right = _npy(tmp_path / "r.npy", world[:100])
     left = _npy(tmp_path / "l.npy", world[100:150] * np.array([-1.0, 1.0, 1.0]))  # mirrored: a left hand

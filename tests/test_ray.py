@@ -141,6 +141,25 @@ def test_ray_table_equals_solve_dataset(cluster, data, ref2, tmp_path):
 
 
 @needs_ray
+def test_a_fresh_run_of_known_size_writes_its_table_as_blocks_arrive(cluster, data, tmp_path, monkeypatch):
+    """Inputs whose frame counts are known (npy, parquet): the driver writes the table block by block in
+    input order while the two workers solve (blocks that finish early wait in their part files), and
+    nothing is assembled afterwards; the table equals solve_dataset's bit for bit."""
+    import wuji_jax.batch as batch
+
+    files = [data["files"][0], data["files"][2]]  # 3 + 2 blocks of 128 frames
+    ref = tmp_path / "reference.parquet"
+    solve_dataset(files, ref, devices=1, progress=False, **SETTINGS)
+    assembled = []
+    real = batch._assemble
+    monkeypatch.setattr(batch, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
+    out = tmp_path / "angles.parquet"
+    s = _solve(cluster, {**data, "files": files}, out)
+    assert assembled == [] and s["frames"] == 450 and s["ray"]["workers"] == 2
+    _same_table(out, ref)
+
+
+@needs_ray
 def test_worker_killed_mid_job_gives_identical_output(cluster, data, tmp_path):
     marker = tmp_path / "crashed"
     out = tmp_path / "angles.parquet"

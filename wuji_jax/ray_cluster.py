@@ -153,7 +153,7 @@ class _BlockSolver:
         self.s = settings
         self.config = settings["config"]
         self.dtype = np.dtype(settings["dtype"])
-        self.kernel = _batch._Kernel(self.config, devices, settings["batch_size"], self.dtype)
+        self.kernel = _batch._Kernel(self.config, devices, settings["batch_size"], self.dtype, quick=settings["quick"])
         self.worker = f"{socket.gethostname()}:{os.getpid()} " + ",".join(map(str, devices))
         self.crash_once = crash_once
         self._warm_up(folder, device, len(devices))
@@ -182,7 +182,7 @@ class _BlockSolver:
         from . import __version__
 
         key = hashlib.sha256(repr((__version__, jax.__version__, device.platform, device.device_kind, n_devices,
-                                   s["batch_size"],
+                                   s["batch_size"], s["quick"],
                                    self.dtype.name, side, s["inspire"], self.config.static(),
                                    os.environ.get("XLA_FLAGS", ""))).encode()).hexdigest()[:16]
         mark = Path(folder) / f".wuji_jax_ray_{key}.compiled"
@@ -540,25 +540,45 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     except Exception:  # not in every Ray version: the address as given
         address = run["address"]
     n_workers = min(run["workers"], len(todo)) if todo else 0
+    # a fresh run of known size writes its table while the workers solve, block by block in input order
+    # (a block that comes early waits in its part file); a failed block sends it back to the parts
+    total = _batch._total_frames(run["counts"])
+    stream = _batch._Assembler(out, [str(f) for f in files], inspire, total) \
+        if todo and not done and total is not None else None
+    arrived: set[int] = set()
+    streamed = 0  # the blocks 0 .. streamed - 1 are in the table
 
     try:
         if todo:
             for meta in _run_blocks(ray, files, todo, n_workers, gpu, {
                     "config": config, "dtype": dtype, "batch_size": batch_size, "side": side,
                     "chunk_size": chunk_size, "inspire": inspire, "check_units": check_units, "fps": fps,
-                    "max_frames": max_frames, "digest": digest, "cpu_devices": run["cpus"]}, run, progress):
+                    "max_frames": max_frames, "digest": digest, "cpu_devices": run["cpus"],
+                    # compiled as solve_dataset compiles the same job (its values, bit for bit)
+                    "quick": total is not None and total <= _batch.QUICK_JOB_FRAMES}, run, progress):
                 u = meta["unit"]
                 blob = meta.pop("part")
                 if meta["error"]:
                     if on_error == "raise":
                         raise ValueError(meta["error"])
+                    if stream is not None:
+                        stream.abort()
+                        stream = None
                 elif meta["frames"]:
                     _write_bytes(part_path(blocks[u]), blob)
                     solved += meta["frames"]
                     workers_seen.add(meta["worker"])
                 done[u] = {k: meta[k] for k in ("unit", "file", "start", "frames", "side", "notes", "error")}
                 save_manifest()
+                arrived.add(u)
+                while stream is not None and streamed in arrived:
+                    if done[streamed]["frames"]:
+                        stream.add(_batch._part_arrays(_bytes_io.BytesIO(blob)) if streamed == u
+                                   else _batch._read_part(part_path(blocks[streamed])))
+                    streamed += 1
     except BaseException as e:
+        if stream is not None:
+            stream.abort()
         kept = len(list(parts_dir.glob("chunk_*.npz")))
         if not kept:
             shutil.rmtree(parts_dir, ignore_errors=True)
@@ -571,31 +591,42 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
                                "command resumes from them") from e
         raise
 
-    # a file's error is the first one in reading order: that of its first block that failed
-    errors_by_file: dict[int, str] = {}
-    for u in sorted(done):
-        r = done[u]
-        if r.get("error") and r["file"] not in errors_by_file:
-            errors_by_file[r["file"]] = r["error"]
-    failed = set(errors_by_file)
-    errors = [errors_by_file[f] for f in sorted(errors_by_file)]
-    good = [b for b in blocks if b["file"] not in failed and done[b["unit"]]["frames"] > 0]
-    if not good:
-        what = "; ".join(errors) if errors else "the inputs hold no frames"
-        shutil.rmtree(parts_dir, ignore_errors=True)
-        raise ValueError(f"nothing solved: {what}")
-    for b in blocks:  # notes of the good files, in input order (a file's notes come with its first block)
-        r = done[b["unit"]]
-        if b["file"] not in failed and b["start"] == 0:
-            notes.extend(r.get("notes") or [])
-    n_rows = sum(done[b["unit"]]["frames"] for b in good)
     try:
-        on_disk = json.loads(manifest_path.read_text())
-    except (OSError, ValueError):
-        on_disk = None
-    if on_disk != manifest:
-        raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
-    assembled = _batch._assemble(out, [part_path(b) for b in good], failed, files, inspire, n_rows, digest)
+        # a file's error is the first one in reading order: that of its first block that failed
+        errors_by_file: dict[int, str] = {}
+        for u in sorted(done):
+            r = done[u]
+            if r.get("error") and r["file"] not in errors_by_file:
+                errors_by_file[r["file"]] = r["error"]
+        failed = set(errors_by_file)
+        errors = [errors_by_file[f] for f in sorted(errors_by_file)]
+        good = [b for b in blocks if b["file"] not in failed and done[b["unit"]]["frames"] > 0]
+        if not good:
+            what = "; ".join(errors) if errors else "the inputs hold no frames"
+            shutil.rmtree(parts_dir, ignore_errors=True)
+            raise ValueError(f"nothing solved: {what}")
+        for b in blocks:  # notes of the good files, in input order (a file's notes come with its first block)
+            r = done[b["unit"]]
+            if b["file"] not in failed and b["start"] == 0:
+                notes.extend(r.get("notes") or [])
+        n_rows = sum(done[b["unit"]]["frames"] for b in good)
+        try:
+            on_disk = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            on_disk = None
+        if on_disk != manifest:
+            raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
+        if stream is not None and streamed == len(blocks) and stream.frames == n_rows == total and \
+                not stream.sources & failed:
+            assembled = stream.close()
+        else:
+            if stream is not None:
+                stream.abort()
+            assembled = _batch._assemble(out, [part_path(b) for b in good], failed, files, inspire, n_rows, digest)
+    except BaseException:
+        if stream is not None:
+            stream.abort()
+        raise
     wall = time.perf_counter() - t_start
 
     plot_path = None
