@@ -28,11 +28,14 @@ How a run is laid out
   same arguments skips the finished chunks (and does not even read files whose chunks are all
   done); if anything in the identity differs, it starts over. The output is the same, byte for
   byte for Parquet and CSV, as that of an uninterrupted run.
-* At the end the parts are concatenated, in order, into ``out`` (``.parquet`` streamed by row
-  groups and ``.csv`` streamed by rows, both in :func:`wuji_jax.io.write_results`' layout; ``.npz``
-  is written whole by :func:`~wuji_jax.io.write_results`, so it needs memory for the whole table),
-  a plot ``<stem>_plot.png`` and a summary ``<stem>_summary.json`` are written next to it and the
-  parts are deleted (``keep_parts=True`` keeps them).
+* The table ``out`` is written in input order (``.parquet`` by row groups and ``.csv`` by rows, both
+  in :func:`wuji_jax.io.write_results`' layout, under a temporary name until it is complete; ``.npz``
+  is written whole by :func:`~wuji_jax.io.write_results`, so it needs memory for the whole table). A
+  fresh run whose inputs' frame counts are known (npy, npz, parquet, HDF5) writes it while it solves,
+  chunk by chunk, beside the parts; a resumed run, inputs of unknown length, or a file that failed
+  after some of its rows went in, concatenate the parts at the end instead. Then a plot
+  ``<stem>_plot.png`` and a summary ``<stem>_summary.json`` are written next to it and the parts
+  are deleted (``keep_parts=True`` keeps them).
 * Measured end to end (``benchmarks/bench_batch.py``, 10⁶ synthetic frames, the solver of that time:
   20 LM iterations from a neutral start, float32,
   Parquet out, compilation excluded): 3.6k frames/s on 2 shared CPU cores with a peak RSS of

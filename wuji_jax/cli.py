@@ -101,15 +101,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: Sequence[str] | None = None) -> None:
     """The ``wuji-jax`` program (and ``python -m wuji_jax``): :func:`main`, then exit.
 
-    After a successful ``solve`` (its outputs written and closed, its threads joined, no Ray in the
-    process) the process ends with ``os._exit`` once stdout, stderr and logging are flushed, skipping
-    Python's teardown: freeing JAX's compiled programs at exit took 0.3–0.45 s of a 2.5–3.0 s
-    ``wuji-jax solve`` on the bundled sample with a warm cache (2-core CPU). Everything else exits
-    the usual way."""
+    After a successful ``solve`` (its outputs written and closed, its threads joined) the process ends
+    with ``os._exit`` once stdout, stderr and logging are flushed, skipping Python's teardown: freeing
+    JAX's compiled programs at exit took 0.3–0.45 s of a 2.5–3.0 s ``wuji-jax solve`` on the bundled
+    sample with a warm cache (2-core CPU). A ``--ray`` run has left its cluster by then
+    (:func:`~wuji_jax.ray_cluster.solve_dataset_ray` calls ``ray.shutdown()`` when it started Ray; a
+    Ray still connected is shut down here first), and the skipped teardown took 0.3–0.5 s. Everything
+    else exits the usual way."""
     code, quick = _main(argv)
     if quick:
         import logging
         import os
+
+        if "ray" in sys.modules:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
 
         logging.shutdown()
         sys.stdout.flush()
@@ -124,7 +132,7 @@ def _main(argv) -> tuple[int, bool]:
         args = build_parser().parse_args(argv)
         _start_jax(args)
         code = int(args.run(args) or 0)
-        return code, code == 0 and args.run is _run_solve and "ray" not in sys.modules
+        return code, code == 0 and args.run is _run_solve
     except SystemExit as e:  # --help, --version
         return (e.code if isinstance(e.code, int) else (0 if e.code is None else _fail(e.code, 1))), False
     except UsageError as e:

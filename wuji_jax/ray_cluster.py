@@ -26,8 +26,8 @@ How a run is laid out
   chunks, exactly as the single-machine run, then starts reading one chunk before the block (the
   timestamps' order is checked across its start): ``.npy``, ``.npz`` and HDF5 at that frame,
   Parquet at the row group holding it; CSV and JSONL (one block per file anyway) from the start.
-  Each chunk is solved by :class:`wuji_jax.batch._Kernel` with the same ``batch_size``, solver
-  settings and dtype as :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole
+  Each chunk is solved by :class:`wuji_jax.batch._Kernel` with the same ``batch_size``, compile
+  options (a small job's quick ones), solver settings and dtype as :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole
   batches), so every frame's values equal the single-machine run's on as many devices of the same
   type (``solve_dataset(devices=cpus_per_worker)`` on CPU, bit for bit: a frame's result does not
   depend on the frames solved beside it).
@@ -41,9 +41,12 @@ How a run is laid out
   without a part; the output is the same, byte for byte. A worker that dies is restarted by Ray and
   its block solved again (Ray Data's actor fault tolerance: ``max_restarts`` and
   ``max_task_retries`` unlimited).
-* At the end the parts are concatenated in input order into ``out`` (``.parquet``, ``.npz`` or
-  ``.csv``: the layout and columns of :func:`~wuji_jax.batch.solve_dataset`, one row group per
-  block), with ``<stem>_summary.json`` (the same fields, plus ``ray``) and ``<stem>_plot.png``.
+* The driver writes ``out`` in input order (``.parquet``, ``.npz`` or ``.csv``: the layout and
+  columns of :func:`~wuji_jax.batch.solve_dataset`, one row group per block), with
+  ``<stem>_summary.json`` (the same fields, plus ``ray``) and ``<stem>_plot.png``. A fresh run whose
+  inputs' frame counts are known writes it as the blocks arrive (a block that comes before its
+  predecessors waits in its part file); otherwise (a resumed run, a failed block, inputs of unknown
+  length) the parts are concatenated at the end.
 
 A bad file (unreadable, wrong shape, wrong units) is that file's one-line error: with
 ``on_error="skip"`` (the default here) it goes to the summary's ``errors``, its rows are left out
