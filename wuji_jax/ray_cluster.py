@@ -61,13 +61,15 @@ Ray costs a few seconds to start a local cluster and a few more to start the wor
 each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
 the driver, its statistics and autoscaling actors, the raylet) take a share of the CPUs while the
 workers solve. On one machine it does not beat the plain command line: ``benchmarks/bench_ray.py``
-on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-05, medians of 2 rounds) measured 54.5k frames/s for
-``wuji-jax solve`` (18.3 s) against 37.6k with the default layout on a cluster the job starts (one
-worker holding both CPUs; 26.6 s, 3.5-4.4 s of it the cluster's start; +45.0 %), 36.4k with two
-one-CPU workers (+49.8 %), and 41.8k (24.0 s, +30.6 %) for ``wuji-jax solve ... --ray auto`` on a
-cluster already running. A run of the default layout spent, besides the solve: importing Ray 0.4 s,
-``ray.init`` 2.4 s, Ray Data's start until the worker ran 1.5-2.4 s (a plain Ray actor: 0.1 s),
-the worker's start and program load 1-3 s, ``ray.shutdown`` 1.4 s.
+on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-05, medians of 2 rounds, commit 966d059) measured
+59.9k frames/s for ``wuji-jax solve`` (16.7 s) against 37.6k with the default layout on a cluster
+the job starts (one worker holding both CPUs; 26.6 s, 3.4-4.4 s of it the cluster's start; +59.4 %),
+37.4k with two one-CPU workers (+60.4 %), and 42.8k (23.4 s, +40.1 %) for ``wuji-jax solve ... --ray
+auto`` on a cluster already running. A traced run on a running cluster started solving 4.5 s after
+the process started, the command line 1.9 s: importing Ray and Ray Data 0.9 s, Ray Data's start until
+the worker's module loaded 1.2 s, the worker's imports 0.5 s, its program load from the cache 1.0 s
+(as the command line's); on a cluster the job starts, ``ray.init`` adds 2.4 s and ``ray.shutdown``
+1.4 s.
 Ray is for more machines than one.
 
 (The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
