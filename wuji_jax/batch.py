@@ -123,6 +123,12 @@ DEFAULT_CHUNK_SIZE = 4096
 QUICK_JOB_FRAMES = 65536
 
 
+def _quick_job(frames: int | None) -> bool:
+    """Whether a job of ``frames`` frames (counted before the start; None: unknown) is small enough to
+    compile quickly (:data:`QUICK_JOB_FRAMES`)."""
+    return frames is not None and frames <= QUICK_JOB_FRAMES
+
+
 def _default_batch(chunk_size: int, platform: str, devices: int, frames: int | None = None) -> int:
     """Rows per kernel call when not given: the whole chunk of ``chunk_size`` frames, except for a
     small job on CPU (``frames``, counted before the start, at most :data:`QUICK_JOB_FRAMES`): one
@@ -133,8 +139,7 @@ def _default_batch(chunk_size: int, platform: str, devices: int, frames: int | N
     with 512 (medians of 4 alternating rounds)."""
     from .solver import chunk_frames
 
-    small = frames is not None and frames <= QUICK_JOB_FRAMES
-    return min(chunk_size, chunk_frames("cpu") * devices) if platform == "cpu" and small else chunk_size
+    return min(chunk_size, chunk_frames("cpu") * devices) if platform == "cpu" and _quick_job(frames) else chunk_size
 
 
 _MANIFEST_VERSION = 1
@@ -877,7 +882,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             stream.add(arrays)
 
     bar = _Progress(total, progress)
-    kernel = _Kernel(config, devices, batch_size, dtype, quick=total is not None and total <= QUICK_JOB_FRAMES)
+    kernel = _Kernel(config, devices, batch_size, dtype, quick=_quick_job(total))
     stats = {"done": 0, "solved": 0, "resumed": 0, "dispatched": 0}
     pending: list = []  # at most one dispatched chunk whose results are not written yet
     writer = _Background(ahead=2)  # part files are written while the next chunks are solved
@@ -1018,12 +1023,8 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             on_disk = None
         if on_disk != manifest:
             raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
-        if stream is not None and stream.frames == n_rows == total and not stream.sources & failed:
-            assembled = stream.close()
-        else:
-            if stream is not None:
-                stream.abort()
-            assembled = _assemble(out, [part_path(k) for k in needed], failed, files, inspire, n_rows, digest)
+        assembled = _finish_table(stream, True, out, [part_path(k) for k in needed], failed, files, inspire,
+                                  n_rows, digest)
     except BaseException:
         if stream is not None:
             stream.abort()
@@ -1313,6 +1314,19 @@ class _Assembler:
         if not self.closed:
             self.closed = True
             self.writer.abort()
+
+
+def _finish_table(stream: _Assembler | None, complete: bool, out: Path, part_files: list[Path], failed: set[int],
+                  files: Sequence[Any], inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
+    """The table in place and its statistics: ``stream``'s where it was given every part
+    (``complete``), holds the ``n_rows`` rows wanted (as many as it expected) and none of a ``failed``
+    file; else it is dropped and the part files are assembled (:func:`_assemble`)."""
+    if stream is not None and complete and stream.frames == n_rows == stream.n_rows and \
+            not stream.sources & failed:
+        return stream.close()
+    if stream is not None:
+        stream.abort()
+    return _assemble(out, part_files, failed, files, inspire, n_rows, digest)
 
 
 def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequence[Any],

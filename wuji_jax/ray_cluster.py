@@ -27,10 +27,11 @@ How a run is laid out
   timestamps' order is checked across its start): ``.npy``, ``.npz`` and HDF5 at that frame,
   Parquet at the row group holding it; CSV and JSONL (one block per file anyway) from the start.
   Each chunk is solved by :class:`wuji_jax.batch._Kernel` with the same ``batch_size``, compile
-  options (a small job's quick ones), solver settings and dtype as :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole
-  batches), so every frame's values equal the single-machine run's on as many devices of the same
-  type (``solve_dataset(devices=cpus_per_worker)`` on CPU, bit for bit: a frame's result does not
-  depend on the frames solved beside it).
+  options (a small job's quick ones), solver settings and dtype as
+  :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole batches), so every frame's
+  values equal the single-machine run's on as many devices of the same type
+  (``solve_dataset(devices=cpus_per_worker)`` on CPU, bit for bit: a frame's result does not depend
+  on the frames solved beside it).
 * The finished block comes back to the driver as one row (the part, as bytes) and the driver writes
   it to ``<out>.parts/chunk_<file>_<start>.npz`` (a temporary name, then renamed); so only the
   driver writes the output, and the inputs must be readable at the same path on every node (a shared
@@ -560,7 +561,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
                     "chunk_size": chunk_size, "inspire": inspire, "check_units": check_units, "fps": fps,
                     "max_frames": max_frames, "digest": digest, "cpu_devices": run["cpus"],
                     # compiled as solve_dataset compiles the same job (its values, bit for bit)
-                    "quick": total is not None and total <= _batch.QUICK_JOB_FRAMES}, run, progress):
+                    "quick": _batch._quick_job(total)}, run, progress):
                 u = meta["unit"]
                 blob = meta.pop("part")
                 if meta["error"]:
@@ -621,13 +622,8 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
             on_disk = None
         if on_disk != manifest:
             raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
-        if stream is not None and streamed == len(blocks) and stream.frames == n_rows == total and \
-                not stream.sources & failed:
-            assembled = stream.close()
-        else:
-            if stream is not None:
-                stream.abort()
-            assembled = _batch._assemble(out, [part_path(b) for b in good], failed, files, inspire, n_rows, digest)
+        assembled = _batch._finish_table(stream, streamed == len(blocks), out, [part_path(b) for b in good], failed,
+                                         files, inspire, n_rows, digest)
     except BaseException:
         if stream is not None:
             stream.abort()
