@@ -109,15 +109,44 @@ def test_outputs_readable_with_expected_columns(tmp_path, world):
 
 
 def test_kernel_compiles_once_for_any_length(tmp_path, world):
-    """The dataset runner's kernel has one shape: files of any length compile nothing new."""
+    """The dataset runner's kernel has one shape: files of any length compile nothing new. Small CSV
+    and JSONL files, whose frames are not counted before reading, are small jobs too (bounded by
+    their size): the same quickly compiled kernel."""
     from compile_log import compiles
 
     batch.solve_dataset(_npy(tmp_path / "a.npy", world[:40]), tmp_path / "a.npz", **FAST)
+    text = []
+    for ext in ("csv", "jsonl"):
+        wj.io.write_landmarks(tmp_path / f"t.{ext}", world[:30])
+        text.append(tmp_path / f"t.{ext}")
     with compiles() as compiled:
         for n in (1, 64, 65, 200):
             s = batch.solve_dataset(_npy(tmp_path / f"b{n}.npy", world[:n]), tmp_path / f"b{n}.npz", **FAST)
             assert s["frames"] == n
+        for f in text:
+            s = batch.solve_dataset(f, tmp_path / f"{f.suffix[1:]}.npz", **FAST)
+            assert s["frames"] == 30
     assert not compiled, compiled
+
+
+def test_text_files_are_bounded_by_their_size(tmp_path, world):
+    """The bound of a file of uncounted frames (CSV, JSONL) is never below the frames it holds, even
+    where each frame takes the fewest bytes the readers accept; a video has none."""
+    from wuji_jax.io import LANDMARK_COLUMNS, iter_chunks
+
+    tight_csv = tmp_path / "tight.csv"
+    tight_csv.write_text(",".join(LANDMARK_COLUMNS) + "\n" + ("0" + "," * 62 + "\n") * 50)  # 50 frames (rows of empty fields are skipped)
+    tight_jsonl = tmp_path / "tight.jsonl"
+    tight_jsonl.write_text('{"world":null}\n' * 50)
+    wj.io.write_landmarks(tmp_path / "real.csv", world[:70])
+    for f in (tight_csv, tight_jsonl):
+        assert sum(len(x) for _, x, _ in iter_chunks(f)) == 50
+        assert 50 <= batch._most_frames([f], [None]) <= 60  # (the header: a few frames more)
+    real = batch._most_frames([tmp_path / "real.csv"], [None])
+    assert 70 <= real <= batch.QUICK_JOB_FRAMES and batch._quick_job(real)
+    assert batch._default_batch(4096, "cpu", 2, real) == 512  # a small job's batch: one solver chunk per device
+    assert batch._most_frames([tmp_path / "real.csv", tmp_path / "b.npy"], [None, 10]) == real + 10
+    assert batch._most_frames([tmp_path / "take.mp4"], [None]) is None and not batch._quick_job(None)
 
 
 # ------------------------------------------------------------------------------------------- resume

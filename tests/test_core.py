@@ -29,16 +29,21 @@ def test_fk_jacobian_matches_jacfwd(side, soft, dtype):
     q = jnp.asarray(rng.uniform(LOWER, UPPER, size=(3, 20)).T, dtype)  # (n, B = 3)
     rot = coupled_rows(hand, q) + (0.1 if soft else 0.0)
 
-    def kp_of(qf, rotf):  # (n,), (M,) -> (3, K, G); hard coupling: rot follows the law
+    def kp_of(qf, rotf, hand, params):  # (n,), (M,) -> (3, K, G); hard coupling: rot follows the law
         r = rotf[:, None] if soft else coupled_rows(hand, qf[:, None])
         k, _ = fk(params, ch, link_angles(ch, qf[:, None], r), jacobian=False)
         return k[..., 0]
 
-    kp, J = fk(params, ch, link_angles(ch, q, rot), jacobian=True)
-    Jv = np.asarray(variable_jacobian(hand, ch, J, q, soft))  # (3, K, V, G, B)
+    @jax.jit  # one program each (op by op, the two sides compiled ~500 small programs)
+    def geometric(q, rot, hand, params):
+        _, J = fk(params, ch, link_angles(ch, q, rot), jacobian=True)
+        return variable_jacobian(hand, ch, J, q, soft)
+
+    Jv = np.asarray(geometric(q, rot, hand, params))  # (3, K, V, G, B)
+    autodiff = jax.jit(jax.vmap(jax.jacfwd(kp_of, argnums=(0, 1)), in_axes=(1, 1, None, None)))  # frame b first
+    jqs, jrs = (np.asarray(a) for a in autodiff(q, rot, hand, params))
     for b in range(3):
-        jq, jr = jax.jacfwd(kp_of, argnums=(0, 1))(q[:, b], rot[:, b])
-        jq = np.concatenate([np.asarray(jq), np.asarray(jr)], -1)  # (3, K, G, n + M)
+        jq = np.concatenate([jqs[b], jrs[b]], -1)  # (3, K, G, n + M)
         for g in range(ch.G):
             for v in range(ch.V):
                 j = ch.var[g, v]

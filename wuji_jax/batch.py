@@ -115,23 +115,24 @@ from .solver.config import FLAG_NAMES
 __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_CHUNK_SIZE", "QUICK_JOB_FRAMES"]
 
 DEFAULT_CHUNK_SIZE = 4096
-#: a job on CPU devices of at most this many frames (all counted before the start) compiles its kernel
+#: a job on CPU devices of at most this many frames (bounded before the start: counted from the files'
+#: headers, or a CSV's or JSONL's size over the fewest bytes a frame takes) compiles its kernel
 #: with :func:`wuji_jax.cache.quick_compile_options`: about 3.5 s less to compile on a 2-core CPU, at
 #: most ~7 % longer to run (0.1 s at this size and ~40k frames/s). ``wuji-jax solve`` on the bundled
 #: sample with an empty cache: 13.3 s → 9.6 s wall, peak RSS 839 → 438 MB. Larger jobs keep XLA's
-#: defaults, and so does a job whose size is not known ahead (videos).
+#: defaults, and so does a job whose size cannot be bounded ahead (videos).
 QUICK_JOB_FRAMES = 65536
 
 
 def _quick_job(frames: int | None) -> bool:
-    """Whether a job of ``frames`` frames (counted before the start; None: unknown) is small enough to
-    compile quickly (:data:`QUICK_JOB_FRAMES`)."""
+    """Whether a job of at most ``frames`` frames (:func:`_most_frames`, before the start; None:
+    unbounded) is small enough to compile quickly (:data:`QUICK_JOB_FRAMES`)."""
     return frames is not None and frames <= QUICK_JOB_FRAMES
 
 
 def _default_batch(chunk_size: int, platform: str, devices: int, frames: int | None = None) -> int:
     """Rows per kernel call when not given: the whole chunk of ``chunk_size`` frames, except for a
-    small job on CPU (``frames``, counted before the start, at most :data:`QUICK_JOB_FRAMES`): one
+    small job on CPU (``frames``, bounded before the start, at most :data:`QUICK_JOB_FRAMES`): one
     solver chunk (``chunk_frames("cpu")``) per device, so that its kernel is the solver on one chunk
     per device, without the loop over chunks, which compiles sooner (see the module docstring). On a
     big job the loop costs less than the calls it saves: ``solve_dataset`` on 300,000 frames on 2 CPU
@@ -287,6 +288,31 @@ def _count_frames(path: Any) -> int | None:
 def _total_frames(counts: Sequence[int | None]) -> int | None:
     """The frames of all files from their counts (:func:`_count_frames`), or None where one is unknown."""
     return sum(counts) if all(c is not None for c in counts) else None
+
+
+#: the fewest bytes a frame takes in a text file, whose frames are not counted before reading it: a CSV
+#: row has the header's 63 or more fields (62 separators and a line end), a JSONL line is at least
+#: ``{"world":null}`` and its line end
+_MIN_FRAME_BYTES = {".csv": 63, ".jsonl": 15, ".ndjson": 15}
+
+
+def _most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | None:
+    """At most how many frames ``files`` hold: their ``counts`` (:func:`_count_frames`) where known, a
+    CSV's or JSONL's size over the fewest bytes a frame takes (:data:`_MIN_FRAME_BYTES`) where not;
+    None where a file cannot be bounded (a video, a stream). Decides whether a job is small
+    (:func:`_quick_job`): a 70-frame CSV of 79 kB is at most 1,254 frames."""
+    most = 0
+    for f, c in zip(files, counts):
+        if c is None:
+            per = _MIN_FRAME_BYTES.get(Path(f).suffix.lower()) if isinstance(f, (str, os.PathLike)) else None
+            try:
+                c = os.stat(f).st_size // per if per and Path(f).is_file() else None
+            except OSError:
+                c = None
+        if c is None:
+            return None
+        most += c
+    return most
 
 
 def _strict(obj: Any) -> Any:
@@ -792,14 +818,16 @@ def solve_dataset(
 
     files = wio._expand(source)
     _check_outputs(source, files, out)
-    total = _total_frames([_count_frames(f) for f in files])  # the headers, read once
+    counts = [_count_frames(f) for f in files]  # the headers, read once
+    total, most = _total_frames(counts), _most_frames(files, counts)
     if batch_size is None:
-        batch_size = _default_batch(chunk_size, devices[0].platform, nd, total)
+        batch_size = _default_batch(chunk_size, devices[0].platform, nd, most)
     batch_size = -(-max(int(batch_size), 1) // nd) * nd
     out.parent.mkdir(parents=True, exist_ok=True)
     with _OutputLock(out):
         return _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
-                             batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total)
+                             batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total,
+                             _quick_job(most))
 
 
 def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str = "") -> tuple:
@@ -835,9 +863,9 @@ def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str 
 
 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
-                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total) -> dict[str, Any]:
+                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total, quick) -> dict[str, Any]:
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
-    the inputs' frames as their headers give them, or None)."""
+    the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`_quick_job`)."""
     # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
     # not after
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
@@ -882,7 +910,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             stream.add(arrays)
 
     bar = _Progress(total, progress)
-    kernel = _Kernel(config, devices, batch_size, dtype, quick=_quick_job(total))
+    kernel = _Kernel(config, devices, batch_size, dtype, quick=quick)
     stats = {"done": 0, "solved": 0, "resumed": 0, "dispatched": 0}
     pending: list = []  # at most one dispatched chunk whose results are not written yet
     writer = _Background(ahead=2)  # part files are written while the next chunks are solved

@@ -473,6 +473,7 @@ def solve_dataset_ray(
     files = wio._expand(source)
     _batch._check_outputs(source, files, out)
     counts = [_batch._count_frames(f) for f in files]  # the headers, read once (batch size and blocks)
+    most = _batch._most_frames(files, counts)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = _connect(ray, address, progress)
     try:
@@ -482,13 +483,14 @@ def solve_dataset_ray(
             raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
         k = 1 if gpu else _cpus_per_worker(ray, cpus_per_worker)
         if batch_size is None:  # as solve_dataset's for these files
-            batch_size = _batch._default_batch(chunk_size, "gpu" if gpu else "cpu", k, _batch._total_frames(counts))
+            batch_size = _batch._default_batch(chunk_size, "gpu" if gpu else "cpu", k, most)
         batch_size = -(-max(int(batch_size), 1) // k) * k  # a multiple of the worker's devices
         if workers is None:
             workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)) // k, 1)
         run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "counts": counts,
                "gpu": gpu, "cpus": k, "workers": int(workers), "cache": cache, "crash_once": None if _crash_once is None
-               else str(_crash_once), "address": address}
+               else str(_crash_once), "address": address,
+               "quick": _batch._quick_job(most)}
         with _batch._OutputLock(out):
             return _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progress, inspire,
                                  on_error, check_units, fps, plot, keep_parts, max_frames, run, t_start)
@@ -561,7 +563,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
                     "chunk_size": chunk_size, "inspire": inspire, "check_units": check_units, "fps": fps,
                     "max_frames": max_frames, "digest": digest, "cpu_devices": run["cpus"],
                     # compiled as solve_dataset compiles the same job (its values, bit for bit)
-                    "quick": _batch._quick_job(total)}, run, progress):
+                    "quick": run["quick"]}, run, progress):
                 u = meta["unit"]
                 blob = meta.pop("part")
                 if meta["error"]:
