@@ -149,6 +149,25 @@ def test_text_files_are_bounded_by_their_size(tmp_path, world):
     assert batch._most_frames([tmp_path / "take.mp4"], [None]) is None and not batch._quick_job(None)
 
 
+def test_a_video_is_sized_by_its_stated_frame_count(tmp_path):
+    """A video's size for the small-job decision: the frame count its container states, here equal to
+    the frames OpenCV decodes; a file that is no video gives none."""
+    import cv2
+
+    from wuji_jax.model import asset_path
+
+    video = asset_path("samples", "human_hand_video.mp4")
+    cap = cv2.VideoCapture(str(video))
+    decoded = 0
+    while cap.grab():
+        decoded += 1
+    cap.release()
+    assert decoded == 621 and batch._most_frames([video], [None]) == 621
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"not a video" * 100)
+    assert batch._most_frames([junk], [None]) is None
+
+
 # ------------------------------------------------------------------------------------------- resume
 
 

@@ -116,11 +116,12 @@ __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_
 
 DEFAULT_CHUNK_SIZE = 4096
 #: a job on CPU devices of at most this many frames (bounded before the start: counted from the files'
-#: headers, or a CSV's or JSONL's size over the fewest bytes a frame takes) compiles its kernel
+#: headers, a CSV's or JSONL's size over the fewest bytes a frame takes, a video's stated frame count,
+#: see ``_most_frames``) compiles its kernel
 #: with :func:`wuji_jax.cache.quick_compile_options`: about 3.5 s less to compile on a 2-core CPU, at
 #: most ~7 % longer to run (0.1 s at this size and ~40k frames/s). ``wuji-jax solve`` on the bundled
 #: sample with an empty cache: 13.3 s → 9.6 s wall, peak RSS 839 → 438 MB. Larger jobs keep XLA's
-#: defaults, and so does a job whose size cannot be bounded ahead (videos).
+#: defaults, and so does a job whose size is not known ahead (a camera, a folder of images).
 QUICK_JOB_FRAMES = 65536
 
 
@@ -297,22 +298,41 @@ _MIN_FRAME_BYTES = {".csv": 63, ".jsonl": 15, ".ndjson": 15}
 
 
 def _most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | None:
-    """At most how many frames ``files`` hold: their ``counts`` (:func:`_count_frames`) where known, a
-    CSV's or JSONL's size over the fewest bytes a frame takes (:data:`_MIN_FRAME_BYTES`) where not;
-    None where a file cannot be bounded (a video, a stream). Decides whether a job is small
-    (:func:`_quick_job`): a 70-frame CSV of 79 kB is at most 1,254 frames."""
+    """At most how many frames ``files`` hold, to decide whether a job is small (:func:`_quick_job`):
+    their ``counts`` (:func:`_count_frames`) where known; a CSV's or JSONL's size over the fewest bytes
+    a frame takes (:data:`_MIN_FRAME_BYTES`; a 70-frame CSV of 79 kB is at most 1,254 frames); a
+    video's frame count as its container states it (:func:`_stated_video_frames`; a container may
+    miscount, and then only the compile options are those of the other size); None where a file gives
+    no figure (a camera, a folder of images, a video without a stated count)."""
     most = 0
     for f, c in zip(files, counts):
-        if c is None:
-            per = _MIN_FRAME_BYTES.get(Path(f).suffix.lower()) if isinstance(f, (str, os.PathLike)) else None
+        if c is None and isinstance(f, (str, os.PathLike)) and Path(f).is_file():
+            ext = Path(f).suffix.lower()
+            per = _MIN_FRAME_BYTES.get(ext)
             try:
-                c = os.stat(f).st_size // per if per and Path(f).is_file() else None
+                c = os.stat(f).st_size // per if per else (_stated_video_frames(f) if ext in wio.VIDEO_EXTENSIONS
+                                                           else None)
             except OSError:
                 c = None
         if c is None:
             return None
         most += c
     return most
+
+
+def _stated_video_frames(path: Any) -> int | None:
+    """The frame count a video's container states (OpenCV's ``CAP_PROP_FRAME_COUNT``), or None: no
+    OpenCV, an unreadable file, no count stated."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    cap = cv2.VideoCapture(str(path))
+    try:
+        n = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0
+    finally:
+        cap.release()
+    return n if n > 0 else None
 
 
 def _strict(obj: Any) -> Any:
