@@ -26,6 +26,32 @@ def test_sequence_matches_truth_and_keeps_shapes(right):
     assert np.median(err) < 0.05 and np.percentile(err, 99) < 1.0
 
 
+def test_sequence_equals_solving_frame_by_frame(right):
+    """The one-program sequence against its definition, frame by frame through wj.solve: frame 0 from
+    the neutral pose, then q0 = the last valid angles with the smoothness prior and warm iterations.
+    Two recordings of 70 real frames (two chunks of the program, the angles carried across), one
+    frame without landmarks (it keeps the previous angles)."""
+    real = np.load(DATA)
+    y = np.stack([real[:70], real[300:370]])
+    y[1, 40] = np.nan
+    kw = dict(smooth_weight=0.05, warm_iterations=3)
+    res = wj.solve_sequence(right, y, **kw)
+    for b in range(2):
+        prev = np.asarray(wj.neutral_angles(right))
+        for t in range(70):
+            if not np.isfinite(y[b, t]).any():  # nothing to fit (wj.solve refuses it): the start pose, not valid
+                np.testing.assert_allclose(np.asarray(res.angles[b, t]), prev, rtol=0, atol=1e-6)
+                assert not bool(res.valid[b, t])
+                continue
+            over = {} if t == 0 else dict(prior_weight=kw["smooth_weight"], iterations=kw["warm_iterations"])
+            r = wj.solve(right, y[b, t], q0=prev, check_units=False, **over)
+            if t == 0 or bool(r.valid):
+                prev = np.asarray(r.angles)
+            np.testing.assert_allclose(np.asarray(res.angles[b, t]), np.asarray(r.angles), atol=2e-5, err_msg=f"{b} {t}")
+            assert bool(res.valid[b, t]) == bool(r.valid)
+    assert not bool(res.valid[1, 40]) and np.array_equal(res.angles[1, 40], res.angles[1, 39])
+
+
 def test_sequence_filter_smooths_noise_and_stays_in_limits(right):
     q, y = trajectory(seed=1)
     rng = np.random.default_rng(1)
