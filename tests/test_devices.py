@@ -42,6 +42,17 @@ _CHILD = textwrap.dedent("""
     wj.devices.SPLIT_MIN_FRAMES = 4
     solver.CHUNK_FRAMES = 4  # 11 frames per device: 3 chunks of 4 (one padded)
     split = wj.solve(hand, y)
+    # another batch size whose chunks per device round up alike (17 frames: 9 a device, 3 chunks of 4,
+    # padded to 4): the same program, nothing compiled
+    import logging
+    compiled = []
+    handler = logging.Handler()
+    handler.emit = lambda r: compiled.append(r.getMessage())
+    logging.getLogger("jax").addHandler(handler)
+    with jax.log_compiles():
+        other = wj.solve(hand, y.reshape(21, 21, 3)[:17])
+    logging.getLogger("jax").removeHandler(handler)
+    other_programs = [m for m in compiled if "Compiling" in m and "per_device" in m]
     wj.devices.SPLIT_MIN_FRAMES = 10**9
     solver.CHUNK_FRAMES = 8
     chunked = wj.solve(hand, y)  # one device: 3 calls of 8 frames (3 padded), joined
@@ -59,6 +70,8 @@ _CHILD = textwrap.dedent("""
         same_flags=bool((np.asarray(split.flags) == np.asarray(one.flags)).all()),
         chunked_angle_diff=float(np.abs(np.asarray(chunked.angles) - np.asarray(one.angles)).max()),
         chunked_same_flags=bool((np.asarray(chunked.flags) == np.asarray(one.flags)).all()),
+        other_programs=len(other_programs), other_shape=list(other.angles.shape),
+        other_angle_diff=float(np.abs(np.asarray(other.angles) - np.asarray(one.angles).reshape(21, 20)[:17]).max()),
     )))
 """)
 
@@ -75,6 +88,7 @@ def test_big_batches_split_over_devices_and_chunks_give_the_same_answer():
     assert r["shape"] == [3, 7, 20] and r["kp_shape"] == [3, 7, 21, 3]
     assert r["max_angle_diff"] < 1e-5 and r["max_kp_diff"] < 1e-6 and r["same_flags"]
     assert r["chunked_angle_diff"] < 1e-5 and r["chunked_same_flags"]
+    assert r["other_programs"] == 0 and r["other_shape"] == [17, 20] and r["other_angle_diff"] < 1e-5
     assert r["max_angle_err"] < 0.02  # noise-free, float32 (the frame with a masked tip aside): the answer itself
 
 
