@@ -261,6 +261,22 @@ def test_changed_input_or_no_resume_starts_over(tmp_path, world, monkeypatch):
     np.testing.assert_allclose(pd.read_parquet(out)["scale"], _reference("right", world[1:201])["scale"],
                                atol=1e-9)
 
+    # parts compiled with other options (another float rounding) are not reused: the options are in
+    # the manifest's identity
+    from wuji_jax.cache import quick_compile_options
+
+    _kill_after(monkeypatch, 2)
+    with pytest.raises(_Killed):
+        batch.solve_dataset(str(src), out, **FAST)
+    monkeypatch.undo()
+    manifest = Path(str(out) + ".parts") / "manifest.json"
+    m = json.loads(manifest.read_text())
+    assert m["identity"]["compile_options"] == sorted([k, repr(v)] for k, v in quick_compile_options("cpu").items())
+    m["identity"]["compile_options"] = [["another_option", "True"]]
+    manifest.write_text(json.dumps(m))
+    s = batch.solve_dataset(str(src), out, **FAST)
+    assert s["resumed_frames"] == 0 and any("started over" in n for n in s["notes"])
+
 
 # ----------------------------------------------------------------------------------- bad input
 

@@ -577,10 +577,12 @@ def _content_hash(path: Path) -> str:
 
 
 def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire: bool,
-              check_units: bool, fps: float | None, dtype, devices: Sequence[Any], batch_size: int) -> dict:
+              check_units: bool, fps: float | None, dtype, devices: Sequence[Any], batch_size: int,
+              compile_options: dict | None = None) -> dict:
     """What a resumed run must share with the interrupted one for its parts to be reused: every
     input's bytes (a full SHA-256, so an input rewritten in place with the same size and time is
-    noticed), the settings, the device kind and count and the batch size (both change float rounding)."""
+    noticed), the settings, the device kind and count, the batch size and the compile options (all
+    three change float rounding)."""
     from . import __version__
 
     inputs = []
@@ -601,6 +603,7 @@ def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire:
             "solver": {"static": list(config.static()),
                        "traced": {k: float(v) for k, v in config.numbers().items()}},
             "devices": [devices[0].platform, len(devices)], "batch_size": int(batch_size),
+            "compile_options": sorted([k, repr(v)] for k, v in (compile_options or {}).items()),
             "wuji_jax": __version__}
 
 
@@ -891,7 +894,9 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
     if plot or parquet:
         threading.Thread(target=_import_writers, args=(plot, parquet), name="wuji_jax-import", daemon=True).start()
-    identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size)
+    kernel = _Kernel(config, devices, batch_size, dtype, quick=quick)
+    identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size,
+                         kernel.options)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     _remove_stale_temporaries(out)
 
@@ -930,7 +935,6 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             stream.add(arrays)
 
     bar = _Progress(total, progress)
-    kernel = _Kernel(config, devices, batch_size, dtype, quick=quick)
     stats = {"done": 0, "solved": 0, "resumed": 0, "dispatched": 0}
     pending: list = []  # at most one dispatched chunk whose results are not written yet
     writer = _Background(ahead=2)  # part files are written while the next chunks are solved
