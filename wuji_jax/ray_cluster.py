@@ -62,15 +62,15 @@ Ray costs a few seconds to start a local cluster and a few more to start the wor
 each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
 the driver, its statistics and autoscaling actors, the raylet) take a share of the CPUs while the
 workers solve. On one machine it does not beat the plain command line: ``benchmarks/bench_ray.py``
-on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-05, medians of 2 rounds, commit 966d059) measured
-59.9k frames/s for ``wuji-jax solve`` (16.7 s) against 37.6k with the default layout on a cluster
-the job starts (one worker holding both CPUs; 26.6 s, 3.4-4.4 s of it the cluster's start; +59.4 %),
-37.4k with two one-CPU workers (+60.4 %), and 42.8k (23.4 s, +40.1 %) for ``wuji-jax solve ... --ray
-auto`` on a cluster already running. A traced run on a running cluster started solving 4.5 s after
-the process started, the command line 1.9 s: importing Ray and Ray Data 0.9 s, Ray Data's start until
-the worker's module loaded 1.2 s, the worker's imports 0.5 s, its program load from the cache 1.0 s
-(as the command line's); on a cluster the job starts, ``ray.init`` adds 2.4 s and ``ray.shutdown``
-1.4 s.
+on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-05, medians of 2 rounds, commit 2f7b3fa) measured
+59.6k frames/s for ``wuji-jax solve`` (16.7 s, 16.9 s) against 40.0k with the default layout on a
+cluster the job starts (one worker holding both CPUs; 24.1 s, 26.0 s, 3.3-3.5 s of it the cluster's
+start; +49.0 %), 38.6k with two one-CPU workers (+54.5 %), and 44.7k (22.4 s, +33.3 %) for
+``wuji-jax solve ... --ray auto`` on a cluster already running. A traced run on a running cluster
+(commit 966d059) started solving 4.5 s after the process started, the command line 1.9 s: importing
+Ray and Ray Data 0.9 s, Ray Data's start until the worker's module loaded 1.2 s, the worker's imports
+0.5 s, its program load from the cache 1.0 s (as the command line's); on a cluster the job starts,
+``ray.init`` adds 2.4 s and ``ray.shutdown`` 1.4 s.
 Ray is for more machines than one.
 
 (The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
