@@ -131,6 +131,13 @@ def _quick_job(frames: int | None) -> bool:
     return frames is not None and frames <= QUICK_JOB_FRAMES
 
 
+def _compile_options(platform: str, quick: bool) -> dict | None:
+    """The dataset kernel's compile options on ``platform``: a small job's
+    (:func:`wuji_jax.cache.quick_compile_options`, see :func:`_quick_job`), else XLA's defaults (None).
+    Also part of a run's identity (they change float rounding)."""
+    return quick_compile_options(platform) if quick else None
+
+
 def _default_batch(chunk_size: int, platform: str, devices: int, frames: int | None = None) -> int:
     """Rows per kernel call when not given: the whole chunk of ``chunk_size`` frames, except for a
     small job on CPU (``frames``, bounded before the start, at most :data:`QUICK_JOB_FRAMES`): one
@@ -449,7 +456,7 @@ class _Kernel:
         self.dtype = np.dtype(dtype)
         platforms = {d.platform for d in self.devices}
         # a small job: compiled quickly (its compilation outweighs its run, QUICK_JOB_FRAMES)
-        self.options = quick_compile_options(platforms.pop()) if quick and len(platforms) == 1 else None
+        self.options = _compile_options(platforms.pop(), quick) if len(platforms) == 1 else None
         if self.devices == [jax.devices()[0]]:
             # the default device: uncommitted arrays, exactly as wj.solve passes them (same jit cache)
             self.rows = self.same = None

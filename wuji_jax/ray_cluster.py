@@ -96,7 +96,6 @@ import numpy as np
 
 from . import batch as _batch
 from . import io as wio
-from .cache import quick_compile_options
 
 __all__ = ["solve_dataset_ray", "run_solve_cli", "DEFAULT_BLOCK_CHUNKS"]
 
@@ -504,9 +503,10 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
                   check_units, fps, plot, keep_parts, max_frames, run, t_start) -> dict[str, Any]:
     """:func:`solve_dataset_ray` once its arguments are checked, Ray runs and the output is locked."""
     config, dtype, batch_size, gpu = run["config"], run["dtype"], run["batch_size"], run["gpu"]
-    options = quick_compile_options("gpu" if gpu else "cpu") if run["quick"] else None  # the workers' (_Kernel)
+    platform = "gpu" if gpu else "cpu"  # the workers' devices and compile options (their _Kernel)
     identity = _batch._identity(files, chunk_size, side, config, inspire, check_units, fps, dtype,
-                                [_Device("gpu" if gpu else "cpu")] * run["cpus"], batch_size, options)
+                                [_Device(platform)] * run["cpus"], batch_size,
+                                _batch._compile_options(platform, run["quick"]))
     identity.update(runner=_RUNNER, block_size=block_size, max_frames=max_frames)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     _batch._remove_stale_temporaries(out)

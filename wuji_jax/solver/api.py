@@ -15,7 +15,8 @@ Smaller batches are padded to one of a few sizes (:data:`BUCKETS`), so few progr
 batches larger than :data:`CHUNK_FRAMES` are solved in chunks (each chunk's loop stops on its own),
 and large batches are split over the local devices (:func:`wuji_jax.devices.split_over_devices`),
 padded to a power-of-two number of chunks per device of which only those holding frames are solved
-(:func:`counted_split_kernel`): a few programs for any batch size. Everything is a pure JAX function of ``(hand, landmarks, weights, q0, config)``: it runs under
+(:func:`split_kernel` with ``counted``): a few programs for any batch size. Everything is a pure
+JAX function of ``(hand, landmarks, weights, q0, config)``: it runs under
 ``jax.jit``, ``vmap`` and ``grad`` (see :mod:`.lm` on derivatives).
 """
 
@@ -45,7 +46,7 @@ from .lm import Problem, Structure, Variables, cost, keypoints, minimise
 from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_chunked", "Start", "start_rows", "fit_rows", "start_chunked", "fit_chunked",
-           "start_cold", "start_warm", "start_spec", "staged_program", "map_chunks", "map_first_chunks", "solve_batch", "split_kernel", "counted_split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
+           "start_cold", "start_warm", "start_spec", "staged_program", "map_chunks", "map_first_chunks", "solve_first_chunks", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
            "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
            "chunk_frames", "BUCKETS"]
 
@@ -250,10 +251,11 @@ def map_chunks(fn, rows: tuple, chunk: int):
 
 
 def map_first_chunks(fn, rows: tuple, chunk: int, count):
-    """``fn(*rows)`` on the first ``count`` chunks of ``chunk`` frames of ``rows`` (pytrees whose leaves
-    have a leading frame axis, a multiple of ``chunk``; chunk ``j`` holds frames ``j·chunk`` to
-    ``(j + 1)·chunk − 1``); ``count`` may be traced. The frames after them are padding: not solved,
-    zeros in the result. One program for any count up to the rows' length."""
+    """``fn(*rows)`` on the first ``count·chunk`` frames of ``rows`` (pytrees whose leaves have a leading
+    frame axis, a multiple of ``chunk``), ``count`` chunks of ``chunk`` frames, chunk ``j`` holding
+    frames ``j, j + count, j + 2·count, …`` (strided, as :func:`map_chunks`); ``count`` may be traced.
+    The frames after them are padding: not solved, zeros in the result. One program for any count up
+    to the rows' length over ``chunk``."""
     leaves, tree = jax.tree_util.tree_flatten(rows)
     R = leaves[0].shape[0]
     if R == chunk:
@@ -279,6 +281,13 @@ def solve_chunked(hand, landmarks, weights, q0, config, warm=False, chunk: int |
     chunk's loop stops on its own). ``chunk`` (static): default :func:`chunk_frames` of JAX's default
     backend."""
     return map_chunks(lambda *r: solve_rows(hand, *r, config, warm), (landmarks, weights, q0), _chunk(chunk))
+
+
+def solve_first_chunks(hand, landmarks, weights, q0, config, count, warm=False, chunk: int | None = None) -> dict:
+    """:func:`solve_rows` on the first ``count`` chunks of ``chunk`` frames (:func:`map_first_chunks`;
+    the rest is padding), ``chunk`` as in :func:`solve_chunked`."""
+    return map_first_chunks(lambda *r: solve_rows(hand, *r, config, warm), (landmarks, weights, q0), _chunk(chunk),
+                            count)
 
 
 def start_chunked(hand, landmarks, weights, q0, config, warm=False, chunk: int | None = None) -> Start:
@@ -319,25 +328,29 @@ def solve_batch(hand, lm, weights, q0, config, warm: bool = False, platform: str
 
 
 @functools.lru_cache(maxsize=16)
-def split_kernel(mesh, warm: bool = False, kernel=None, extra: int = 0):
+def split_kernel(mesh, warm: bool = False, kernel=None, extra: int = 0, counted: bool = False):
     """The solver with every device solving its own rows (``shard_map``: no communication);
     ``warm`` as in :func:`solve_batch`. ``kernel``: another function of the same arguments
     ``(hand, landmarks, weights, q0, config, *more, chunk=)`` returning a dict of per-row arrays, split
     the same way (default :func:`solve_chunked`); ``extra``: how many arguments ``more`` (pytrees of
-    per-row arrays, e.g. a :class:`Start`) follow the config. Each device solves chunks of
+    per-row arrays, e.g. a :class:`Start`) follow the config. With ``counted`` the program takes one
+    more argument, ``count`` (a traced int32, the same on every device), and each device solves only
+    the first ``count`` chunks of its rows (default kernel :func:`solve_first_chunks`): one program for
+    every batch of the same padded size (:func:`_solve_split`). Each device solves chunks of
     :func:`chunk_frames` of the mesh's platform."""
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
     platform = mesh.devices.flat[0].platform
-    kernel = functools.partial(solve_chunked, warm=bool(warm)) if kernel is None else kernel
+    if kernel is None:
+        kernel = functools.partial(solve_first_chunks if counted else solve_chunked, warm=bool(warm))
 
     def per_device(*args):
         with geo.summing(platform):
             return kernel(*args, chunk=chunk_frames(platform))
 
-    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows, rows, P()) + (rows,) * extra,
-                                 out_specs=rows, check_vma=False))
+    in_specs = (P(), rows, rows, rows, P()) + (rows,) * extra + (P(),) * counted
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=rows, check_vma=False))
 
 
 def start_cold(hand, landmarks, weights, q0, config, chunk: int | None = None) -> Start:
@@ -390,33 +403,12 @@ def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | 
     return run
 
 
-@functools.lru_cache(maxsize=16)
-def counted_split_kernel(mesh, warm: bool = False):
-    """The solver of :func:`solve`'s batches split over devices: like :func:`split_kernel`, each device
-    solves its own rows, but only their first ``count`` chunks (:func:`map_first_chunks`; ``count`` the
-    program's last argument, a traced int32, the same on every device); the rows after them are
-    padding. So one program serves every batch whose chunks per device round up to the same power of
-    two (:func:`_solve_split`)."""
-    from jax.sharding import PartitionSpec as P
-
-    rows = P(mesh.axis_names[0])
-    platform = mesh.devices.flat[0].platform
-
-    def per_device(hand, lm, weights, q0, config, count):
-        with geo.summing(platform):
-            return map_first_chunks(lambda *r: solve_rows(hand, *r, config, bool(warm)), (lm, weights, q0),
-                                    chunk_frames(platform), count)
-
-    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P()),
-                                 out_specs=rows, check_vma=False))
-
-
 def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
     """The frames split over the devices of ``sharding`` (numpy inputs): device ``d`` holds frames
     ``d·per`` to ``(d + 1)·per − 1`` (``per`` = the frames over the devices, rounded up) at the front of
     its rows, which are padded with missing frames to a power-of-two number of chunks
     (:func:`chunk_frames`); each device solves only the chunks holding its frames
-    (:func:`counted_split_kernel`). Batches whose chunks per device round up alike share one program
+    (:func:`split_kernel` with ``counted``). Batches whose chunks per device round up alike share one program
     (before, every batch size compiled its own: 600 and 621 frames on 2 CPU devices, 16 s each), and
     the padding costs a transfer, not a solve."""
     batch = lm.shape[:-2]
@@ -435,8 +427,8 @@ def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
             part = a[d * per:(d + 1) * per]
             buf[d, :len(part)] = part
         args.append(buf.reshape((D * rows,) + a.shape[1:]))
-    out = counted_split_kernel(sharding.mesh, bool(warm))(hand, *jax.device_put(args, sharding), config,
-                                                         np.int32(count))
+    out = split_kernel(sharding.mesh, bool(warm), counted=True)(hand, *jax.device_put(args, sharding), config,
+                                                                np.int32(count))
     if rows * D == flat:  # no padding
         return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
     return IKResult(**{k: _front_rows(v, D, per, flat).reshape(batch + v.shape[1:]) for k, v in out.items()})
