@@ -19,8 +19,12 @@ on the same data.
      the cluster's start-up and the solve alone;
    * ``ray_running``: a cluster started before the clock starts (``ray start --head``, all CPUs),
      then ``python -m wuji_jax --cache-dir <workdir>/xla solve big.npy -o ray_running.parquet
-     --no-plot --quiet --ray auto`` timed as the CLI is, then ``ray stop`` (which stops every Ray
-     cluster of this machine): what a job costs on a cluster that is already up.
+     --no-plot --quiet --ray auto`` timed as the CLI is: the first job on a cluster that is up;
+   * ``ray_running-again`` and ``ray_running-again-WxC``: further jobs, timed the same way, on that
+     cluster (the default layout; W workers of C CPUs, ``--cpus-per-worker C``), after its first job:
+     Ray Data starts its helper actors (statistics, autoscaling, actor locations, usage) on a
+     cluster's first job and keeps them (detached), so these are what each job costs on a cluster
+     in use. Then ``ray stop`` (which stops every Ray cluster of this machine).
 
    ``overhead_vs_cli`` = (cli frames/s) / (ray frames/s) - 1: positive when Ray is slower (medians
    over ``--repeats`` rounds, each round running every configuration once). The load average
@@ -30,7 +34,8 @@ on the same data.
 Writes ``benchmarks/results/ray_<device-kind>.json`` (``ray_<frames>_<device-kind>.json`` when
 ``--frames`` is not 10⁶).
 
-    PYTHONPATH=. python benchmarks/bench_ray.py [--frames 1000000] [--layouts default,2x1,running] [--chunk-size 4096]
+    PYTHONPATH=. python benchmarks/bench_ray.py [--frames 1000000]
+        [--layouts default,2x1,running,running-again,running-again-2x1] [--chunk-size 4096]
         [--iterations N] [--repeats 1] [--workdir DIR]
 """
 
@@ -116,32 +121,47 @@ def _layout(text: str) -> tuple[int | None, int | None]:
     return int(w), int(c)
 
 
-def _ray_running(data: Path, out: Path, cache: Path, args) -> dict:
-    """Layout ``running``: a cluster already up (``ray start --head``, not timed), then the command
-    line's ``wuji-jax solve ... --ray auto`` timed from outside, then ``ray stop`` (not timed)."""
+def _running(layout: str) -> bool:
+    return layout == "running" or layout.startswith("running-again")
+
+
+def _ray_running(data: Path, work: Path, cache: Path, layouts: list[str], args) -> dict[str, dict]:
+    """The ``running*`` layouts on one cluster: ``ray start --head`` (not timed), then for each layout
+    in ``layouts`` (``running`` first if asked, then ``running-again[-WxC]``) the command line's
+    ``wuji-jax solve ... --ray auto [--cpus-per-worker C]`` timed from outside, then ``ray stop``
+    (not timed). A ``running-again`` layout without ``running`` before it gets an untimed first job."""
     ray_bin = str(Path(sys.executable).with_name("ray"))
     t0 = time.perf_counter()
     subprocess.run([ray_bin, "start", "--head", f"--num-cpus={os.cpu_count()}", "--include-dashboard=false",
                     "--disable-usage-stats"], env=_env(), check=True, capture_output=True)
     start = time.perf_counter() - t0
+    got: dict[str, dict] = {}
     try:
-        cmd = _cli_cmd(data, out, cache, args, "--ray", "auto")
-        before = _load()
-        wall, _ = _run(cmd, "the CLI with --ray auto")
+        order = sorted(layouts, key=lambda k: k != "running")
+        if "running" not in order:  # the cluster's first job, not timed
+            _run(_cli_cmd(data, work / "ray_first.parquet", cache, args, "--ray", "auto"), "the CLI with --ray auto")
+        for k in order:
+            out = work / f"ray_{k}.parquet"
+            _, cpus = _layout(k.removeprefix("running-again").lstrip("-") or "default") if k != "running" else (0, 0)
+            cmd = _cli_cmd(data, out, cache, args, "--ray", "auto",
+                           *(["--cpus-per-worker", str(cpus)] if cpus else []))
+            before = _load()
+            wall, _ = _run(cmd, f"the CLI with --ray auto (layout {k})")
+            s = json.loads(out.with_name(out.stem + "_summary.json").read_text())
+            got[k] = {"layout": k, "workers": s["ray"]["workers"], "cpus_per_worker": s["ray"].get("cpus_per_worker"),
+                      "wall_s": wall, "frames": s["frames"], "frames_per_s": s["frames"] / wall,
+                      "cluster_start_s": start, "cluster_start_timed": False, "cluster_jobs_before": order.index(k)
+                      + ("running" not in order), "solve_s": s["wall_seconds"],
+                      "solve_frames_per_s": s["frames"] / s["wall_seconds"], "blocks": s["ray"]["blocks"],
+                      "block_size": s["ray"]["block_size"], "batch_size": s["batch_size"], "devices": s["devices"],
+                      "command": " ".join(cmd[1:]), "load_before": before, "load_after": _load()}
     finally:
         subprocess.run([ray_bin, "stop"], env=_env(), capture_output=True)
-    s = json.loads(out.with_name(out.stem + "_summary.json").read_text())
-    return {"layout": "running", "workers": s["ray"]["workers"], "cpus_per_worker": s["ray"].get("cpus_per_worker"),
-            "wall_s": wall, "frames": s["frames"], "frames_per_s": s["frames"] / wall,
-            "cluster_start_s": start, "cluster_start_timed": False, "solve_s": s["wall_seconds"],
-            "solve_frames_per_s": s["frames"] / s["wall_seconds"], "blocks": s["ray"]["blocks"],
-            "block_size": s["ray"]["block_size"], "batch_size": s["batch_size"], "devices": s["devices"],
-            "command": " ".join(cmd[1:]), "load_before": before, "load_after": _load()}
+    return got
 
 
 def _ray(data: Path, out: Path, cache: Path, layout: str, args) -> dict:
-    if layout == "running":
-        return _ray_running(data, out, cache, args)
+    """Layout ``default`` or ``WxC`` on a cluster the driver starts (timed with it)."""
     workers, cpus = _layout(layout)
     spec = {"data": str(data), "out": str(out), "workers": workers, "cpus": cpus, "chunk_size": args.chunk_size,
             "iterations": args.iterations, "cache": str(cache)}
@@ -176,11 +196,12 @@ def _max_diff(a: Path, b: Path) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=float, default=1e6, help="frames in the synthetic dataset (default 1e6)")
-    ap.add_argument("--layouts", default="default,2x1,running",
+    ap.add_argument("--layouts", default="default,2x1,running,running-again,running-again-2x1",
                     help="Ray layouts to time: 'default' (solve_dataset_ray's: one worker per node holding its CPUs), "
                          "WxC (W workers of C CPUs), both on a cluster the driver starts (timed); 'running': the "
-                         "default layout through 'wuji-jax solve --ray auto' on a cluster started before (not "
-                         "timed; it runs 'ray stop' after); default: default,2x1,running")
+                         "default layout through 'wuji-jax solve --ray auto', the first job on a cluster started "
+                         "before (not timed); 'running-again' and 'running-again-WxC': later jobs on that cluster "
+                         "(it runs 'ray stop' after); default: default,2x1,running,running-again,running-again-2x1")
     ap.add_argument("--chunk-size", type=int, default=4096)
     ap.add_argument("--iterations", type=int, default=None, help="LM iterations (default: the solver's)")
     ap.add_argument("--workdir", default=None, help="dataset, outputs and the compilation cache (default: temp)")
@@ -209,8 +230,12 @@ def main(argv=None) -> dict:
     t = time.perf_counter()
     _cli(small, work / "warm_cli.parquet", cache, args)
     counts = [x.strip() for x in args.layouts.split(",")]
-    for k in counts:
+    started = [k for k in counts if not _running(k)]
+    running = [k for k in counts if _running(k)]
+    for k in started:
         _ray(small, work / "warm_ray.parquet", cache, k, args)
+    if running:
+        _ray_running(small, work / "warm", cache, running, args)
     warm = time.perf_counter() - t
 
     clis: list[dict] = []
@@ -220,11 +245,17 @@ def main(argv=None) -> dict:
         c = _cli(data, work / "cli.parquet", cache, args)
         clis.append(c)
         print(f"  {c['frames_per_s']:,.0f} frames/s ({c['wall_s']:.1f} s)", flush=True)
-        for k in counts:
+        got = {}
+        for k in started:
             print(f"[{rep + 1}/{args.repeats}] ray, layout {k} ...", flush=True)
-            r = _ray(data, work / f"ray_{k}.parquet", cache, k, args)
+            got[k] = _ray(data, work / f"ray_{k}.parquet", cache, k, args)
+        if running:
+            print(f"[{rep + 1}/{args.repeats}] ray, layouts {', '.join(running)} on one cluster ...", flush=True)
+            got.update(_ray_running(data, work, cache, running, args))
+        for k in counts:
+            r = got[k]
             rays[k].append(r)
-            print(f"  {r['frames_per_s']:,.0f} frames/s ({r['wall_s']:.1f} s; cluster start "
+            print(f"  {k}: {r['frames_per_s']:,.0f} frames/s ({r['wall_s']:.1f} s; cluster start "
                   f"{r['cluster_start_s']:.1f} s{'' if r.get('cluster_start_timed', True) else ', not timed'})",
                   flush=True)
     cli_fps = statistics.median(c["frames_per_s"] for c in clis)

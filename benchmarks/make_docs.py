@@ -660,8 +660,12 @@ def sec_ray(book: Results, detail: bool) -> str:
             runs = x.get("runs") or [{}]
             label = x.get("layout", x.get("workers"))
             eq = same.get(str(label), {}) if isinstance(same, dict) else {}
-            name = {"default": "default layout", "running": "default layout, cluster already running "
-                    "(`--ray auto`; its start not timed)"}.get(str(label), f"layout {label}")
+            name = {"default": "default layout", "running": "default layout, the first job on a cluster already "
+                    "running (`--ray auto`; its start not timed)",
+                    "running-again": "default layout, a later job on that cluster"}.get(str(label))
+            if name is None and str(label).startswith("running-again-"):
+                name = f"layout {str(label).removeprefix('running-again-')}, a later job on that cluster"
+            name = name or f"layout {label}"
             rows.append([f"Ray, {name}",
                          f"{x.get('workers')} × {x.get('cpus_per_worker') or 1}", secs(runs[0].get("wall_s")),
                          rate(x.get("frames_per_s")), f"{100 * x['overhead_vs_cli']:+.1f} %"
