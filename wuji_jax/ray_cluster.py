@@ -60,17 +60,20 @@ Costs
 -----
 Ray costs a few seconds to start a local cluster and a few more to start the workers (a process
 each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
-the driver, its statistics and autoscaling actors, the raylet) take a share of the CPUs while the
-workers solve. On one machine it does not beat the plain command line: ``benchmarks/bench_ray.py``
-on 10⁶ frames and 2 cores (AMD EPYC, 2026-12-05, medians of 2 rounds, commit 2f7b3fa) measured
-59.6k frames/s for ``wuji-jax solve`` (16.7 s, 16.9 s) against 40.0k with the default layout on a
-cluster the job starts (one worker holding both CPUs; 24.1 s, 26.0 s, 3.3-3.5 s of it the cluster's
-start; +49.0 %), 38.6k with two one-CPU workers (+54.5 %), and 44.7k (22.4 s, +33.3 %) for
-``wuji-jax solve ... --ray auto`` on a cluster already running. A traced run on a running cluster
-(commit 966d059) started solving 4.5 s after the process started, the command line 1.9 s: importing
-Ray and Ray Data 0.9 s, Ray Data's start until the worker's module loaded 1.2 s, the worker's imports
-0.5 s, its program load from the cache 1.0 s (as the command line's); on a cluster the job starts,
-``ray.init`` adds 2.4 s and ``ray.shutdown`` 1.4 s.
+the driver, the raylet) take a share of the CPUs while the workers solve. The first Ray Data job on a
+cluster also starts Ray Data's helper actors (statistics, autoscaling, actor locations, usage
+reports: a process each, kept for the cluster's later jobs). ``benchmarks/bench_ray.py`` on 10⁶
+frames and 2 cores (AMD EPYC, 2026-12-05, medians of 3 rounds, commit a9470c8) measured 61.9k
+frames/s for ``wuji-jax solve`` (16.8, 16.2, 15.9 s) against, for ``wuji-jax solve ... --ray auto``
+on a cluster already running: 50.2k (+23.3 %; 20.5, 19.9, 19.1 s) for a later job with the default
+layout (one worker holding both CPUs), 52.7k (+17.5 %) for a later job with two one-CPU workers,
+48.9k (+26.6 %) for the cluster's first job; and 42.3k (+46.2 %) and 41.5k (+49.3 %) for the two
+layouts on a cluster the job starts and stops itself (3.2–4.4 s of it the cluster's start). A traced
+later job (the default layout, commit 8b09ab0) started solving 4.7 s after the process started, the
+command line 1.9 s: the driver's imports (Ray Data 0.9 s, JAX 0.5 s) 1.6 s, its set-up 0.3 s, from
+its Ray Data call until the worker (a process Ray had started ahead) began importing this package
+1.2 s, those imports 0.5 s, the program's load from the cache 1.0 s (as the command line's); once
+solving, the worker went through 2 blocks of 65,536 frames in 1.4–2.0 s, the command line's rate.
 Ray is for more machines than one.
 
 (The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
