@@ -266,6 +266,7 @@ BAD_INPUTS = [
     ("truncated npz", "x.npz", _truncated_npz, "truncated"),
     ("20 landmarks", "x.npy", lambda p: np.save(p, np.zeros((4, 20, 3))), "(4, 20, 3)"),
     ("flat 63", "x.npy", lambda p: np.save(p, np.zeros((4, 63))), "reshape(-1, 21, 3)"),
+    ("coordinates before landmarks", "x.npy", lambda p: np.save(p, np.zeros((4, 3, 21))), "transpose(0, 2, 1)"),
     ("2-D points", "x.npy", lambda p: np.save(p, np.zeros((4, 21, 2))), "expected (N, 21, 3)"),
     ("strings", "x.npy", lambda p: np.save(p, np.full((2, 21, 3), "a")), "not numbers"),
     ("pickled objects", "x.npy", lambda p: np.save(p, np.array([{"a": 1}], dtype=object)), "pickle"),

@@ -206,6 +206,7 @@ def test_handedness_auto_and_mirror_warning(right, left):
     [
         (lambda y: y[..., :20, :], r"shape \(\*batch, 21, 3\).*20 points per frame"),
         (lambda y: y.reshape(-1, 63), "flat rows of 63; reshape"),
+        (lambda y: np.swapaxes(y, -1, -2), "coordinates before landmarks; swap the last two axes"),
         (lambda y: y[..., :2], "2-D image points"),
         (lambda y: np.full_like(y, np.nan), "no finite value"),
         (lambda y: y * 1000.0, "millimetres.*divide by 1000"),

@@ -360,6 +360,9 @@ def _check_shape(shape: tuple, path: Any, what: str) -> tuple:
     if len(shape) == 2 and shape[1] == 3 * NUM_LANDMARKS:
         raise _err(path, f"{what} has shape {shape}, expected (N, 21, 3); if each row is "
                          "x0, y0, z0, ..., x20, y20, z20 reshape it with a.reshape(-1, 21, 3)")
+    if len(shape) == 3 and shape[1:] == (3, NUM_LANDMARKS):
+        raise _err(path, f"{what} has shape {shape}, expected (N, 21, 3); if its axes are frame, "
+                         "coordinate, landmark, swap the last two with a.transpose(0, 2, 1)")
     if len(shape) != 3 or shape[1:] != (NUM_LANDMARKS, 3):
         raise _err(path, f"{what} has shape {shape}, expected (N, 21, 3): N frames of MediaPipe's "
                          "21 hand landmarks (x, y, z)")

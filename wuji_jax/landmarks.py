@@ -179,6 +179,8 @@ def check_landmarks(landmarks, check_units: bool = True) -> _np.ndarray:
         hint = ""
         if lm.ndim >= 2 and lm.shape[-2:] == (21, 2):
             hint = " (2-D image points; pass 3-D world landmarks in metres)"
+        elif lm.ndim >= 2 and lm.shape[-2:] == (3, 21):
+            hint = " (coordinates before landmarks; swap the last two axes: np.swapaxes(landmarks, -1, -2))"
         elif lm.ndim >= 2 and lm.shape[-1] == 3:
             hint = f" ({lm.shape[-2]} points per frame; MediaPipe hands have 21)"
         raise ValueError(f"landmarks must have shape (*batch, 21, 3); got {lm.shape}{hint}")
