@@ -198,6 +198,37 @@ def test_csv_layout(tmp_path):
     np.testing.assert_array_equal(rec.timestamps, [0.0, 0.5, 1.0])
 
 
+def test_landmark_columns_named_as_mediapipe_names_them(tmp_path):
+    """CSV and Parquet columns may name a landmark by MediaPipe's name or its index, the axis before or
+    after it, in any case and with any separator (``WRIST.x``, ``thumb_cmc_y``, ``Z Index Finger Dip``,
+    ``x_5``, ``5-y``): read as the x0 ... z20 layout."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wuji_jax.landmarks import LANDMARK_NAMES
+
+    w = _hand(3)
+    styles = [lambda n, i, a: f"{n}.{a}", lambda n, i, a: f"{n.lower()}_{a}",
+              lambda n, i, a: f"{a.upper()} {n.replace('_', ' ').title()}", lambda n, i, a: f"{a}_{i}",
+              lambda n, i, a: f"{i}-{a}"]
+    names = {(i, a): styles[i % len(styles)](n, i, a) for i, n in enumerate(LANDMARK_NAMES) for a in "xyz"}
+    assert names[(0, "x")] == "WRIST.x" and names[(7, "z")] == "Z Index Finger Dip" and names[(8, "z")] == "z_8"
+    cols = {names[(i, a)]: w[:, i, j] for i in range(21) for j, a in enumerate("xyz")}
+    csv_path = tmp_path / "named.csv"
+    csv_path.write_text(",".join(["t", *cols]) + "\n" + "".join(
+        ",".join([str(0.1 * r)] + [repr(float(v[r])) for v in cols.values()]) + "\n" for r in range(3)))
+    pq_path = tmp_path / "named.parquet"
+    pq.write_table(pa.table({"t": np.arange(3) * 0.1, **cols}), pq_path)
+    for path in (csv_path, pq_path):
+        rec = io.load_landmarks(path)
+        np.testing.assert_array_equal(rec.world, w)
+        np.testing.assert_allclose(rec.timestamps, [0.0, 0.1, 0.2])
+    # the x0 ... z20 names win over another spelling of the same column
+    both = {**{f"{a}{i}": w[:, i, j] for i in range(21) for j, a in enumerate("xyz")}, "WRIST_x": np.full(3, 9.0)}
+    pq.write_table(pa.table(both), tmp_path / "both.parquet")
+    np.testing.assert_array_equal(io.load_landmarks(tmp_path / "both.parquet").world, w)
+
+
 def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"t": 0.0, "landmarks": _hand(1)[0].tolist()}) + "\n"
@@ -266,6 +297,9 @@ BAD_INPUTS = [
     ("truncated npz", "x.npz", _truncated_npz, "truncated"),
     ("20 landmarks", "x.npy", lambda p: np.save(p, np.zeros((4, 20, 3))), "(4, 20, 3)"),
     ("flat 63", "x.npy", lambda p: np.save(p, np.zeros((4, 63))), "reshape(-1, 21, 3)"),
+    ("one landmark spelled twice", "x.csv",
+     _csv(_HEADER.replace("x0", "WRIST_x") + ",x_wrist\n" + _ROW + ",0.01\n"),
+     "'WRIST_x', 'x_wrist' name the same landmark coordinate (x0)"),
     ("coordinates before landmarks", "x.npy", lambda p: np.save(p, np.zeros((4, 3, 21))), "transpose(0, 2, 1)"),
     ("2-D points", "x.npy", lambda p: np.save(p, np.zeros((4, 21, 2))), "expected (N, 21, 3)"),
     ("strings", "x.npy", lambda p: np.save(p, np.full((2, 21, 3), "a")), "not numbers"),

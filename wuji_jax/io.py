@@ -8,7 +8,8 @@ Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand la
 ``.npz``                   array ``landmarks`` (or ``world``, or the only array); optional
                            ``timestamps`` ``(N,)`` seconds, ``handedness``, ``score``, ``detected``,
                            ``image`` (as :meth:`LandmarkRecording.save` writes them)
-``.csv``                   header line, then one row a frame: ``x0,y0,z0,...,x20,y20,z20`` and
+``.csv``                   header line, then one row a frame: ``x0,y0,z0,...,x20,y20,z20`` (or
+                           MediaPipe's names, ``wrist_x`` ... ``pinky_tip_z``, in any case) and
                            optional ``timestamp`` (seconds), ``frame``, ``handedness``, ``score``;
                            empty cells read as NaN
 ``.jsonl``                 one JSON object a line: ``{"t": seconds, "landmarks": [[x, y, z]] * 21}``
@@ -528,10 +529,45 @@ def _read_npz(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> 
         yield out
 
 
+def _squeezed(name: str) -> str:
+    """A column name without case and separators (``_``, ``.``, ``-``, spaces): ``WRIST.x`` → ``wristx``."""
+    return re.sub(r"[\s_.\-]", "", name.lower())
+
+
+def _landmark_spellings() -> dict[str, str]:
+    """Other spellings of the landmark columns (:func:`_squeezed`) → ``x0`` … ``z20``: the landmark by
+    its index or by MediaPipe's name (``wrist``, ``thumb_cmc``, ``index_finger_tip``, see
+    :data:`wuji_jax.landmarks.LANDMARK_NAMES`), before or after the axis: ``x_0``, ``0_x``,
+    ``WRIST_x``, ``wrist.x``, ``x_wrist``, ``Thumb CMC X``."""
+    from .landmarks import LANDMARK_NAMES
+
+    out = {}
+    for i, name in enumerate(LANDMARK_NAMES):
+        for a in "xyz":
+            for who in (str(i), _squeezed(name)):
+                out[who + a] = out[a + who] = f"{a}{i}"
+    return out
+
+
 def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
-    """Column name → index for the landmark and optional columns of a CSV / Parquet table."""
+    """Column name → index for the landmark and optional columns of a CSV / Parquet table. The
+    landmark columns are ``x0`` … ``z20``, or where a table has none of a landmark's column under that
+    name, the one column that spells it otherwise (:func:`_landmark_spellings`)."""
     lower = [h.strip().lower() for h in header]
     pos = {h: i for i, h in enumerate(lower)}
+    spelled: dict[str, list[int]] = {}
+    spellings = _landmark_spellings()
+    for i, h in enumerate(lower):
+        c = spellings.get(_squeezed(h))
+        if c is not None and h != c:
+            spelled.setdefault(c, []).append(i)
+    for c, where in spelled.items():
+        if c in pos:
+            continue
+        if len(where) > 1:
+            raise _err(path, f"columns {', '.join(repr(header[i].strip()) for i in where)} name the same "
+                             f"landmark coordinate ({c}); keep one of them")
+        pos[c] = where[0]
     missing = [c for c in LANDMARK_COLUMNS if c not in pos]
     if missing:
         if len(missing) == len(LANDMARK_COLUMNS):
@@ -545,7 +581,8 @@ def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
                                  "x0,y0,z0,...,x20,y20,z20 (optionally timestamp,frame)")
         shown = ", ".join(missing[:6]) + (", ..." if len(missing) > 6 else "")
         raise _err(path, f"missing landmark columns {shown} ({len(missing)} of 63); expected "
-                         "x0,y0,z0,...,x20,y20,z20 and optional timestamp, frame, handedness, score")
+                         "x0,y0,z0,...,x20,y20,z20 (or MediaPipe's landmark names: wrist_x, thumb_cmc_x, ..., "
+                         "pinky_tip_z) and optional timestamp, frame, handedness, score")
     cols = {c: pos[c] for c in LANDMARK_COLUMNS}
     for name in _TIME_COLUMNS:
         if name in pos:
