@@ -297,6 +297,8 @@ BAD_INPUTS = [
     ("truncated npz", "x.npz", _truncated_npz, "truncated"),
     ("20 landmarks", "x.npy", lambda p: np.save(p, np.zeros((4, 20, 3))), "(4, 20, 3)"),
     ("flat 63", "x.npy", lambda p: np.save(p, np.zeros((4, 63))), "reshape(-1, 21, 3)"),
+    ("one row a landmark", "x.csv", _csv("frame,landmark_index,x,y,z\n0,0,0.01,0.02,0.03\n"),
+     "pivot it to one row a frame"),
     ("one landmark spelled twice", "x.csv",
      _csv(_HEADER.replace("x0", "WRIST_x") + ",x_wrist\n" + _ROW + ",0.01\n"),
      "'WRIST_x', 'x_wrist' name the same landmark coordinate (x0)"),

@@ -579,6 +579,16 @@ def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
             if numeric:
                 raise _err(path, "the first line is numbers, not a header; add the header line "
                                  "x0,y0,z0,...,x20,y20,z20 (optionally timestamp,frame)")
+            squeezed = {_squeezed(h): h.strip() for h in header}
+            which = next((squeezed[k] for k in ("landmarkindex", "landmark", "landmarkid", "keypoint", "point")
+                          if k in squeezed), None)
+            if which is not None and {"x", "y", "z"} <= set(squeezed):
+                frame = next((squeezed[k] for k in ("frame", "frameindex", "timestamp", "t") if k in squeezed),
+                             "frame")
+                raise _err(path, f"one row a landmark (columns x, y, z and '{which}'); pivot it to one row a "
+                                 f"frame with columns x0 ... z20, e.g. with pandas: w = df.pivot(index='{frame}', "
+                                 f"columns='{which}', values=['x', 'y', 'z']); w.columns = [f'{{a}}{{i}}' for a, i "
+                                 "in w.columns]; w.reset_index().to_csv('wide.csv', index=False)")
         shown = ", ".join(missing[:6]) + (", ..." if len(missing) > 6 else "")
         raise _err(path, f"missing landmark columns {shown} ({len(missing)} of 63); expected "
                          "x0,y0,z0,...,x20,y20,z20 (or MediaPipe's landmark names: wrist_x, thumb_cmc_x, ..., "
