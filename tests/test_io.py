@@ -229,6 +229,35 @@ def test_landmark_columns_named_as_mediapipe_names_them(tmp_path):
     np.testing.assert_array_equal(io.load_landmarks(tmp_path / "both.parquet").world, w)
 
 
+def test_mediapipe_world_landmark_names_are_read(tmp_path):
+    """npz arrays, HDF5 datasets and JSONL keys named as MediaPipe names world landmarks
+    (``world_landmarks``, ``hand_world_landmarks``), JSONL landmarks as ``{"x", "y", "z"}`` objects:
+    read as ``landmarks``; their frames are counted ahead from the headers as ``landmarks``' are."""
+    import h5py
+
+    from wuji_jax.batch import _count_frames
+
+    w = _hand(4)
+    t = np.arange(4) / 30.0
+    np.savez(tmp_path / "a.npz", world_landmarks=w, timestamps=t, other=np.zeros(3))
+    with h5py.File(tmp_path / "b.h5", "w") as f:
+        f["hand_world_landmarks"] = w
+        f["timestamps"] = t
+        f["notes"] = np.zeros(2)
+    (tmp_path / "c.jsonl").write_text("".join(
+        json.dumps({"timestamp": t[i], "world_landmarks": [{"x": x, "y": y, "z": z} for x, y, z in w[i].tolist()]})
+        + "\n" for i in range(4)))
+    for name in ("a.npz", "b.h5", "c.jsonl"):
+        rec = io.load_landmarks(tmp_path / name)
+        np.testing.assert_array_equal(rec.world, w)
+        np.testing.assert_allclose(rec.timestamps, t)
+    assert _count_frames(tmp_path / "a.npz") == 4 and _count_frames(tmp_path / "b.h5") == 4
+    # MediaPipe's hand_landmarks are image coordinates, not these: still asked for by name
+    np.savez(tmp_path / "d.npz", hand_landmarks=w, timestamps=t)
+    with pytest.raises(ValueError, match="none named 'landmarks' .or 'world', 'world_landmarks'"):
+        io.load_landmarks(tmp_path / "d.npz")
+
+
 def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"t": 0.0, "landmarks": _hand(1)[0].tolist()}) + "\n"

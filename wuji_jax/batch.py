@@ -266,7 +266,7 @@ def _count_frames(path: Any) -> int | None:
 
             with zipfile.ZipFile(p) as z:
                 names = z.namelist()
-                for key in ("landmarks.npy", "world.npy"):
+                for key in (f"{k}.npy" for k in wio.LANDMARK_KEYS):
                     if key in names:
                         break
                 else:
@@ -286,7 +286,7 @@ def _count_frames(path: Any) -> int | None:
             import h5py
 
             with h5py.File(p, "r") as f:
-                key = "landmarks" if "landmarks" in f else ("world" if "world" in f else None)
+                key = next((k for k in wio.LANDMARK_KEYS if k in f), None)
                 return int(f[key].shape[0]) if key else None
     except Exception:  # only a progress hint: any trouble is reported by the reader itself
         return None

@@ -5,7 +5,8 @@ Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand la
 
 =========================  ====================================================================
 ``.npy``                   one array ``(N, 21, 3)`` (or ``(21, 3)``, one frame); no timestamps
-``.npz``                   array ``landmarks`` (or ``world``, or the only array); optional
+``.npz``                   array ``landmarks`` (or ``world``, MediaPipe's ``world_landmarks`` or
+                           ``hand_world_landmarks``, or the only array); optional
                            ``timestamps`` ``(N,)`` seconds, ``handedness``, ``score``, ``detected``,
                            ``image`` (as :meth:`LandmarkRecording.save` writes them)
 ``.csv``                   header line, then one row a frame: ``x0,y0,z0,...,x20,y20,z20`` (or
@@ -13,10 +14,12 @@ Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand la
                            optional ``timestamp`` (seconds), ``frame``, ``handedness``, ``score``;
                            empty cells read as NaN
 ``.jsonl``                 one JSON object a line: ``{"t": seconds, "landmarks": [[x, y, z]] * 21}``
-                           (``"landmarks": null`` for a frame without a hand)
+                           (``"landmarks": null`` for a frame without a hand; the key may be one of
+                           the npz's names, a landmark ``{"x": .., "y": .., "z": ..}``)
 ``.parquet``               the CSV's columns (needs ``pyarrow``: ``pip install wuji-jax[formats]``)
-``.h5`` / ``.hdf5``        dataset ``landmarks`` (or ``world``, or the only dataset) and optional
-                           ``timestamps`` (needs ``h5py``: ``pip install wuji-jax[formats]``)
+``.h5`` / ``.hdf5``        dataset ``landmarks`` (or one of the npz's names, or the only dataset)
+                           and optional ``timestamps`` (needs ``h5py``: ``pip install
+                           wuji-jax[formats]``)
 videos, image folders      MediaPipe world landmarks via :func:`wuji_jax.video.extract_landmarks`,
                            cached (needs ``pip install wuji-jax[video]``)
 =========================  ====================================================================
@@ -81,6 +84,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "DEGENERATE_EXTENT",
     "LANDMARK_COLUMNS",
+    "LANDMARK_KEYS",
     "DATA_EXTENSIONS",
     "VIDEO_EXTENSIONS",
     "IMAGE_EXTENSIONS",
@@ -98,6 +102,10 @@ IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".
 _RESULT_EXTENSIONS = (".parquet", ".pq", ".npz", ".csv")
 
 _TIME_COLUMNS = ("timestamp", "timestamps", "t", "time")
+#: names of the landmark array (npz, HDF5) or key (JSONL), in order of preference: ours, and MediaPipe's
+#: for world landmarks (metres)
+LANDMARK_KEYS: tuple[str, ...] = ("landmarks", "world", "world_landmarks", "hand_world_landmarks")
+_KEYS_SAID = "'landmarks' (or " + ", ".join(f"'{k}'" for k in LANDMARK_KEYS[1:]) + ")"
 
 #: Most frames one data file may hold (10 million frames are 5 GB of float64 landmarks in memory):
 #: the default of ``max_frames=`` of :func:`load_landmarks` / :func:`iter_chunks`, which set it per
@@ -431,17 +439,14 @@ def _read_npz(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> 
                 name = info.filename
                 members[name[:-4] if name.endswith(".npy") else name] = info
             keys = list(members)
-            if "landmarks" in keys:
-                key = "landmarks"
-            elif "world" in keys:
-                key = "world"
-            elif len(keys) == 1:
+            key = next((k for k in LANDMARK_KEYS if k in keys), None)
+            if key is None and len(keys) == 1:
                 key = keys[0]
-            elif not keys:
+            elif key is None and not keys:
                 raise _err(path, "the .npz holds no arrays; save the landmarks as np.savez(path, "
                                  "landmarks=a)")
-            else:
-                raise _err(path, f"the .npz holds arrays {keys} but none named 'landmarks'; save the "
+            elif key is None:
+                raise _err(path, f"the .npz holds arrays {keys} but none named {_KEYS_SAID}; save the "
                                  "(N, 21, 3) array as landmarks=...")
 
             def header(k: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -730,23 +735,26 @@ def _jsonl_record(path: Path, line_no: int, line: str, world: list, extra: dict[
     if not isinstance(rec, dict):
         raise _err(path, f"line {line_no} is a JSON {type(rec).__name__}, expected an object "
                          '{"t": seconds, "landmarks": [[x, y, z], ...21]}')
-    if "landmarks" not in rec and "world" not in rec:  # another schema, not a frame without a hand
+    name = next((k for k in LANDMARK_KEYS if k in rec), None)
+    if name is None:  # another schema, not a frame without a hand
         keys = ", ".join(list(map(str, rec))[:6]) or "none"
-        raise _err(path, f"line {line_no} has no 'landmarks' (or 'world') key (keys: {keys}); expected "
+        raise _err(path, f"line {line_no} has no {_KEYS_SAID} key (keys: {keys}); expected "
                          '{"t": seconds, "landmarks": [[x, y, z], ...21]}, with "landmarks": null for no hand')
-    lm = rec.get("landmarks", rec.get("world"))
+    lm = rec[name]
     if lm is None:
         a = np.full((NUM_LANDMARKS, 3), np.nan)
     else:
+        if isinstance(lm, list) and lm and all(isinstance(p, dict) for p in lm):  # [{"x": .., "y": .., "z": ..}]
+            lm = [[p.get("x"), p.get("y"), p.get("z")] for p in lm]
         try:
             a = np.asarray(lm, dtype=np.float64)
         except (TypeError, ValueError, OverflowError):
-            raise _err(path, f"line {line_no}: 'landmarks' is not a list of numbers; expected "
-                             "21 [x, y, z] triples") from None
+            raise _err(path, f"line {line_no}: '{name}' is not a list of numbers; expected "
+                             '21 [x, y, z] triples (or {"x": .., "y": .., "z": ..} objects)') from None
         if a.shape == (3 * NUM_LANDMARKS,):
             a = a.reshape(NUM_LANDMARKS, 3)
         if a.shape != (NUM_LANDMARKS, 3):
-            raise _err(path, f"line {line_no}: 'landmarks' has shape {a.shape}, expected (21, 3)")
+            raise _err(path, f"line {line_no}: '{name}' has shape {a.shape}, expected (21, 3)")
     t = rec.get("t", rec.get("timestamp"))
     try:
         t = math.nan if t is None else float(t)
@@ -993,17 +1001,16 @@ def _read_h5(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> I
         # datasets stored in this file; links are not followed to find out what they point at
         dsets = [k for k, v in links.items()
                  if isinstance(v, h5py.HardLink) and isinstance(f.get(k), h5py.Dataset)]
-        if "landmarks" in links:
-            key = "landmarks"
-        elif "world" in links:
-            key = "world"
+        key = next((k for k in LANDMARK_KEYS if k in links), None)
+        if key is not None:
+            pass
         elif len(links) == 1:
             key = next(iter(links))
         elif len(dsets) == 1 and not any(isinstance(v, (h5py.SoftLink, h5py.ExternalLink))
                                          for v in links.values()):
             key = dsets[0]
         else:
-            raise _err(path, f"datasets {sorted(links)} but none named 'landmarks'; store the "
+            raise _err(path, f"datasets {sorted(links)} but none named {_KEYS_SAID}; store the "
                              "(N, 21, 3) array as dataset 'landmarks'")
         d = _h5_get(f, key, path, h5py)
         if d.dtype.kind not in "fiu":
