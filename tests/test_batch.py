@@ -138,8 +138,10 @@ def test_text_files_are_bounded_by_their_size(tmp_path, world):
     tight_csv.write_text(",".join(LANDMARK_COLUMNS) + "\n" + ("0" + "," * 62 + "\n") * 50)  # 50 frames (rows of empty fields are skipped)
     tight_jsonl = tmp_path / "tight.jsonl"
     tight_jsonl.write_text('{"world":null}\n' * 50)
+    tight_json = tmp_path / "tight.json"
+    tight_json.write_text("[" + ",".join(["null"] * 50) + "]")
     wj.io.write_landmarks(tmp_path / "real.csv", world[:70])
-    for f in (tight_csv, tight_jsonl):
+    for f in (tight_csv, tight_jsonl, tight_json):
         assert sum(len(x) for _, x, _ in iter_chunks(f)) == 50
         assert 50 <= batch._most_frames([f], [None]) <= 60  # (the header: a few frames more)
     real = batch._most_frames([tmp_path / "real.csv"], [None])

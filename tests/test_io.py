@@ -258,6 +258,43 @@ def test_mediapipe_world_landmark_names_are_read(tmp_path):
         io.load_landmarks(tmp_path / "d.npz")
 
 
+def test_json_list_of_frames(tmp_path):
+    """A ``.json`` file: a list of JSONL-like objects, or ``{"frames": [...]}`` of bare landmark lists
+    (``null``: no hand); read in chunks like the other formats."""
+    w = _hand(5)
+    (tmp_path / "a.json").write_text(json.dumps(
+        [{"t": i / 30, "landmarks": w[i].tolist(), "handedness": "Right"} for i in range(5)]))
+    rec = io.load_landmarks(tmp_path / "a.json")
+    np.testing.assert_array_equal(rec.world, w)
+    np.testing.assert_allclose(rec.timestamps, np.arange(5) / 30)
+    assert rec.handedness.tolist() == ["Right"] * 5
+    (tmp_path / "b.json").write_text(json.dumps({"frames": [w[0].tolist(), None, w[2].tolist()]}))
+    rec = io.load_landmarks(tmp_path / "b.json")
+    np.testing.assert_array_equal(rec.world[[0, 2]], w[[0, 2]])
+    assert rec.detected.tolist() == [True, False, True] and np.isnan(rec.world[1]).all()
+    chunks = [c for _, c, _ in io.iter_chunks(tmp_path / "a.json", chunk_size=2)]
+    assert [len(c) for c in chunks] == [2, 2, 1]
+    np.testing.assert_array_equal(np.concatenate(chunks), w)
+
+
+def test_a_folder_s_json_files_are_not_inputs(tmp_path):
+    """In a folder, .json files are left out (run summaries, settings); named, they are read."""
+    w = _hand(3)
+    io.write_landmarks(tmp_path / "take.npy", w)
+    (tmp_path / "take_summary.json").write_text(json.dumps({"frames": 3, "errors": []}))
+    assert io._expand(tmp_path) == [tmp_path / "take.npy"]
+    np.testing.assert_array_equal(io.load_landmarks(tmp_path).world, w)
+    with pytest.raises(ValueError, match="take_summary.json: "):
+        io.load_landmarks(tmp_path / "take_summary.json")
+
+
+def test_a_json_file_is_read_whole_up_to_a_limit(tmp_path, monkeypatch):
+    (tmp_path / "a.json").write_text(json.dumps([_hand(1)[0].tolist()] * 3))
+    monkeypatch.setattr(io, "MAX_JSON_BYTES", 100)
+    with pytest.raises(ValueError, match=r"a\.json: .* read whole .*MAX_JSON_BYTES.*\.jsonl"):
+        io.load_landmarks(tmp_path / "a.json")
+
+
 def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"t": 0.0, "landmarks": _hand(1)[0].tolist()}) + "\n"
@@ -326,6 +363,10 @@ BAD_INPUTS = [
     ("truncated npz", "x.npz", _truncated_npz, "truncated"),
     ("20 landmarks", "x.npy", lambda p: np.save(p, np.zeros((4, 20, 3))), "(4, 20, 3)"),
     ("flat 63", "x.npy", lambda p: np.save(p, np.zeros((4, 63))), "reshape(-1, 21, 3)"),
+    ("json not json", "x.json", _csv("[1, 2"), "not valid JSON"),
+    ("json object without frames", "x.json", _csv('{"fps": 30}'), "without 'frames' (keys: fps)"),
+    ("json scalar", "x.json", _csv("3"), "a JSON int, expected"),
+    ("json frame of wrong shape", "x.json", _csv(json.dumps([[[0, 0, 0]] * 20])), "frame 0: 'landmarks' has shape (20, 3)"),
     ("one row a landmark", "x.csv", _csv("frame,landmark_index,x,y,z\n0,0,0.01,0.02,0.03\n"),
      "pivot it to one row a frame"),
     ("one landmark spelled twice", "x.csv",

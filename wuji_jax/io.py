@@ -16,6 +16,8 @@ Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand la
 ``.jsonl``                 one JSON object a line: ``{"t": seconds, "landmarks": [[x, y, z]] * 21}``
                            (``"landmarks": null`` for a frame without a hand; the key may be one of
                            the npz's names, a landmark ``{"x": .., "y": .., "z": ..}``)
+``.json``                  a list of the JSONL's objects (or of bare ``[[x, y, z]] * 21`` / ``null``),
+                           or ``{"frames": [...]}``; read whole (at most :data:`MAX_JSON_BYTES`)
 ``.parquet``               the CSV's columns (needs ``pyarrow``: ``pip install wuji-jax[formats]``)
 ``.h5`` / ``.hdf5``        dataset ``landmarks`` (or one of the npz's names, or the only dataset)
                            and optional ``timestamps`` (needs ``h5py``: ``pip install
@@ -79,6 +81,7 @@ __all__ = [
     "check_units",
     "degenerate_frames",
     "MAX_FRAMES",
+    "MAX_JSON_BYTES",
     "MAX_EXPANSION",
     "EXPANSION_MIN_BYTES",
     "MAX_LINE_CHARS",
@@ -95,7 +98,7 @@ NUM_LANDMARKS = 21
 #: Column names of the wide table layout (CSV, Parquet): x0, y0, z0, ..., x20, y20, z20.
 LANDMARK_COLUMNS: tuple[str, ...] = tuple(f"{a}{i}" for i in range(NUM_LANDMARKS) for a in "xyz")
 
-DATA_EXTENSIONS: tuple[str, ...] = (".npy", ".npz", ".csv", ".jsonl", ".ndjson", ".parquet", ".pq",
+DATA_EXTENSIONS: tuple[str, ...] = (".npy", ".npz", ".csv", ".jsonl", ".ndjson", ".json", ".parquet", ".pq",
                                     ".h5", ".hdf5")
 VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".mov", ".avi", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg")
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -121,6 +124,9 @@ EXPANSION_MIN_BYTES = 64 << 20
 
 #: Longest CSV / JSONL line read, in characters (a frame's line is ~1-2 kB).
 MAX_LINE_CHARS = 1 << 20
+
+#: Largest ``.json`` file read: it is parsed whole (~10 times its size in memory); JSONL is streamed.
+MAX_JSON_BYTES = 256 << 20
 
 #: A frame is degenerate when its 21 finite landmarks fit in a box of this side, in the landmarks'
 #: own unit (1 micrometre for metres; a hand spans 5-40 cm, and even normalised image coordinates
@@ -341,7 +347,9 @@ def _expand(sources: Any) -> list[Any]:
             out.extend(_expand(hits))
         elif p.is_dir():
             files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
-            data = [f for f in files if f.suffix.lower() in DATA_EXTENSIONS + VIDEO_EXTENSIONS]
+            # a folder's .json files are mostly other things (run summaries, settings): read when named
+            data = [f for f in files if f.suffix.lower() in DATA_EXTENSIONS + VIDEO_EXTENSIONS
+                    and f.suffix.lower() != ".json"]
             images = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
             if data:
                 out.extend(data)
@@ -349,7 +357,8 @@ def _expand(sources: Any) -> list[Any]:
                 out.append(p)  # a folder of frames: one source
             else:
                 raise _err(p, "the folder holds no landmark files, videos or images; expected one of "
-                              + ", ".join(DATA_EXTENSIONS + VIDEO_EXTENSIONS))
+                              + ", ".join(e for e in DATA_EXTENSIONS + VIDEO_EXTENSIONS if e != ".json")
+                              + " (a .json file is read when named, not from a folder)")
         else:
             out.append(p)
     return out
@@ -683,20 +692,30 @@ def _hand_label(v: Any) -> str:
     return s if s in ("Right", "Left") else ""
 
 
-def _read_jsonl(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
-    world: list = []
-    extra: dict[str, list] = {"timestamps": [], "handedness": [], "score": []}
-    have = set()
-    total = 0
+class _Records:
+    """Frames gathered from JSON records (:func:`_add_record`) until a chunk is full."""
 
-    def flush():
-        out = {"world": np.asarray(world, np.float64).reshape(-1, NUM_LANDMARKS, 3)}
-        for k in have:
-            out[k] = np.asarray(extra[k], dtype=str if k == "handedness" else np.float64)
-        for v in extra.values():
+    def __init__(self):
+        self.world: list = []
+        self.extra: dict[str, list] = {"timestamps": [], "handedness": [], "score": []}
+        self.have: set = set()
+
+    def __len__(self) -> int:
+        return len(self.world)
+
+    def flush(self) -> dict:
+        out = {"world": np.asarray(self.world, np.float64).reshape(-1, NUM_LANDMARKS, 3)}
+        for k in self.have:
+            out[k] = np.asarray(self.extra[k], dtype=str if k == "handedness" else np.float64)
+        for v in self.extra.values():
             v.clear()
-        world.clear()
+        self.world.clear()
         return out
+
+
+def _read_jsonl(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+    frames = _Records()
+    total = 0
 
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(_Lines(f, path), 1):
@@ -706,7 +725,7 @@ def _read_jsonl(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict
             if max_frames is not None and total > max_frames:
                 raise _too_many(path, max_frames, f"line {line_no}")
             try:
-                _jsonl_record(path, line_no, line, world, extra, have)
+                _jsonl_record(path, line_no, line, frames)
             except ValueError as e:
                 if _ours(e, path):
                     raise
@@ -717,15 +736,50 @@ def _read_jsonl(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict
             except Exception as e:  # TypeError, OverflowError, ... from odd values
                 raise _err(path, f"line {line_no}: unreadable record ({_why(e)}); expected "
                                  '{"t": seconds, "landmarks": [[x, y, z], ...21]}') from None
-            if len(world) >= chunk:
-                yield flush()
-    if world:
-        yield flush()
+            if len(frames) >= chunk:
+                yield frames.flush()
+    if len(frames):
+        yield frames.flush()
 
 
-def _jsonl_record(path: Path, line_no: int, line: str, world: list, extra: dict[str, list],
-                  have: set) -> None:
-    """Parse one JSONL line and append its frame to ``world`` / ``extra``."""
+def _read_json(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+    """A ``.json`` file, parsed whole (at most :data:`MAX_JSON_BYTES`): a list of frames, or an object
+    whose ``"frames"`` is that list; a frame is a JSONL line's object, or just its landmarks
+    (``[[x, y, z]] * 21``, ``null`` for no hand)."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise _err(path, f"{size / 2**20:,.0f} MB of JSON, which is read whole (at most "
+                         f"{MAX_JSON_BYTES >> 20} MB: wuji_jax.io.MAX_JSON_BYTES); write one frame a line "
+                         "instead (.jsonl), which is streamed")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except json.JSONDecodeError as e:
+        raise _err(path, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); export it "
+                         "again") from None
+    except RecursionError:
+        raise _err(path, "JSON nested too deeply; expected a list of frames") from None
+    what = '[{"t": seconds, "landmarks": [[x, y, z], ...21]}, ...] or {"frames": [...]}'
+    if isinstance(doc, dict):
+        if "frames" not in doc:
+            keys = ", ".join(list(map(str, doc))[:6]) or "none"
+            raise _err(path, f"a JSON object without 'frames' (keys: {keys}); expected {what}")
+        doc = doc["frames"]
+    if not isinstance(doc, list):
+        raise _err(path, f"a JSON {type(doc).__name__}, expected {what}")
+    if max_frames is not None and len(doc) > max_frames:
+        raise _too_many(path, max_frames, "its list of frames")
+    frames = _Records()
+    for i, rec in enumerate(doc):
+        _add_record(path, f"frame {i}", rec if isinstance(rec, dict) else {"landmarks": rec}, frames)
+        if len(frames) >= chunk:
+            yield frames.flush()
+    if len(frames):
+        yield frames.flush()
+
+
+def _jsonl_record(path: Path, line_no: int, line: str, frames: _Records) -> None:
+    """Parse one JSONL line and add its frame to ``frames``."""
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as e:
@@ -735,10 +789,15 @@ def _jsonl_record(path: Path, line_no: int, line: str, world: list, extra: dict[
     if not isinstance(rec, dict):
         raise _err(path, f"line {line_no} is a JSON {type(rec).__name__}, expected an object "
                          '{"t": seconds, "landmarks": [[x, y, z], ...21]}')
+    _add_record(path, f"line {line_no}", rec, frames)
+
+
+def _add_record(path: Path, where: str, rec: dict, frames: _Records) -> None:
+    """Add the frame of one JSON object (``where``: its line or frame, for errors) to ``frames``."""
     name = next((k for k in LANDMARK_KEYS if k in rec), None)
     if name is None:  # another schema, not a frame without a hand
         keys = ", ".join(list(map(str, rec))[:6]) or "none"
-        raise _err(path, f"line {line_no} has no {_KEYS_SAID} key (keys: {keys}); expected "
+        raise _err(path, f"{where} has no {_KEYS_SAID} key (keys: {keys}); expected "
                          '{"t": seconds, "landmarks": [[x, y, z], ...21]}, with "landmarks": null for no hand')
     lm = rec[name]
     if lm is None:
@@ -749,34 +808,34 @@ def _jsonl_record(path: Path, line_no: int, line: str, world: list, extra: dict[
         try:
             a = np.asarray(lm, dtype=np.float64)
         except (TypeError, ValueError, OverflowError):
-            raise _err(path, f"line {line_no}: '{name}' is not a list of numbers; expected "
+            raise _err(path, f"{where}: '{name}' is not a list of numbers; expected "
                              '21 [x, y, z] triples (or {"x": .., "y": .., "z": ..} objects)') from None
         if a.shape == (3 * NUM_LANDMARKS,):
             a = a.reshape(NUM_LANDMARKS, 3)
         if a.shape != (NUM_LANDMARKS, 3):
-            raise _err(path, f"line {line_no}: '{name}' has shape {a.shape}, expected (21, 3)")
+            raise _err(path, f"{where}: '{name}' has shape {a.shape}, expected (21, 3)")
     t = rec.get("t", rec.get("timestamp"))
     try:
         t = math.nan if t is None else float(t)
     except (TypeError, ValueError, OverflowError):
-        raise _err(path, f"line {line_no}: timestamp {str(t)[:20]!r} is not a number of "
+        raise _err(path, f"{where}: timestamp {str(t)[:20]!r} is not a number of "
                          "seconds") from None
     sc = rec.get("score")
     try:
         sc = math.nan if sc is None else float(sc)
     except (TypeError, ValueError, OverflowError):
-        raise _err(path, f"line {line_no}: score {str(sc)[:20]!r} is not a number") from None
-    # appended together, once the whole line is known to be good
-    world.append(a)
+        raise _err(path, f"{where}: score {str(sc)[:20]!r} is not a number") from None
+    # appended together, once the whole record is known to be good
+    frames.world.append(a)
     if rec.get("t", rec.get("timestamp")) is not None:
-        have.add("timestamps")
-    extra["timestamps"].append(t)
+        frames.have.add("timestamps")
+    frames.extra["timestamps"].append(t)
     if "handedness" in rec:
-        have.add("handedness")
-    extra["handedness"].append(_hand_label(rec.get("handedness")))
+        frames.have.add("handedness")
+    frames.extra["handedness"].append(_hand_label(rec.get("handedness")))
     if rec.get("score") is not None:
-        have.add("score")
-    extra["score"].append(sc)
+        frames.have.add("score")
+    frames.extra["score"].append(sc)
 
 
 def _need(module: str, path: Path):
@@ -1100,7 +1159,7 @@ def _reader(path: Any, chunk: int, video_options: Mapping[str, Any],
             ".hdf5": _read_h5}
     if ext in seek:
         return seek[ext](path, chunk, max_frames, skip)
-    fn = {".csv": _read_csv, ".jsonl": _read_jsonl, ".ndjson": _read_jsonl}[ext]
+    fn = {".csv": _read_csv, ".jsonl": _read_jsonl, ".ndjson": _read_jsonl, ".json": _read_json}[ext]
     return _skip_rows(fn(path, chunk, max_frames), skip, chunk)
 
 
@@ -1226,8 +1285,8 @@ def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None
     Yields ``(start, landmarks, timestamps)``: ``start`` the global index of the chunk's first frame,
     ``landmarks`` ``(n, 21, 3)`` float64 metres (NaN for missing or non-finite values), ``timestamps``
     ``(n,)`` float64 seconds (NaN where unknown, ``i / fps`` when ``fps`` is given). ``.npy`` files
-    are memory-mapped, Parquet is read by row batches, CSV and JSONL are streamed; ``.npz`` members
-    and videos are loaded whole. Several files / globs / folders are chained in order.
+    are memory-mapped, Parquet is read by row batches, CSV and JSONL are streamed; ``.npz`` members,
+    ``.json`` files and videos are loaded whole. Several files / globs / folders are chained in order.
 
     ``max_frames`` (default :data:`MAX_FRAMES`, None for no limit) caps each file's frames: a file
     declaring more is refused before any frame is read, one found holding more when it is reached
