@@ -295,6 +295,17 @@ def test_a_json_file_is_read_whole_up_to_a_limit(tmp_path, monkeypatch):
         io.load_landmarks(tmp_path / "a.json")
 
 
+def test_a_table_of_solved_angles_is_named_as_such(tmp_path):
+    """``wuji-jax solve``'s own output given back to it as landmarks (it has ``wrist_x`` … columns,
+    which also spell landmark 0): named, with the commands that read it."""
+    from wuji_jax.batch import output_columns
+
+    cols = output_columns()
+    (tmp_path / "angles.csv").write_text(",".join(cols) + "\n" + ",".join(["0"] * len(cols)) + "\n")
+    with pytest.raises(ValueError, match="solved joint angles .*, not landmarks; give it to wuji-jax inspire"):
+        io.load_landmarks(tmp_path / "angles.csv")
+
+
 def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"t": 0.0, "landmarks": _hand(1)[0].tolist()}) + "\n"

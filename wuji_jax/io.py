@@ -584,6 +584,9 @@ def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
         pos[c] = where[0]
     missing = [c for c in LANDMARK_COLUMNS if c not in pos]
     if missing:
+        if "residual_mm" in pos and "thumb_cmc_flex" in pos:
+            raise _err(path, "a table of solved joint angles (what wuji-jax solve writes), not landmarks; "
+                             "give it to wuji-jax inspire --angles, view or pose --angles-file")
         if len(missing) == len(LANDMARK_COLUMNS):
             try:
                 [float(h) for h in header if h.strip()]
