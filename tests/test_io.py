@@ -306,6 +306,19 @@ def test_a_table_of_solved_angles_is_named_as_such(tmp_path):
         io.load_landmarks(tmp_path / "angles.csv")
 
 
+@pytest.mark.parametrize("sep, decimal", [(";", ","), ("\t", ".")])
+def test_csv_with_semicolons_or_tabs(tmp_path, sep, decimal):
+    """A CSV whose header has no comma: ``;`` (as spreadsheets write it where the decimal mark is a
+    comma, read too) or tab separated fields."""
+    w = _hand(3)
+    path = tmp_path / "x.csv"
+    path.write_text(sep.join(["timestamp", *io.LANDMARK_COLUMNS]) + "\n" + "".join(
+        sep.join(repr(float(v)).replace(".", decimal) for v in [0.5 * r, *w[r].ravel()]) + "\n" for r in range(3)))
+    rec = io.load_landmarks(path)
+    np.testing.assert_array_equal(rec.world, w)
+    np.testing.assert_array_equal(rec.timestamps, [0.0, 0.5, 1.0])
+
+
 def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"t": 0.0, "landmarks": _hand(1)[0].tolist()}) + "\n"

@@ -12,7 +12,8 @@ Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand la
 ``.csv``                   header line, then one row a frame: ``x0,y0,z0,...,x20,y20,z20`` (or
                            MediaPipe's names, ``wrist_x`` ... ``pinky_tip_z``, in any case) and
                            optional ``timestamp`` (seconds), ``frame``, ``handedness``, ``score``;
-                           empty cells read as NaN
+                           empty cells read as NaN; ``;`` (with decimal commas) or tab separators
+                           where the header has no comma
 ``.jsonl``                 one JSON object a line: ``{"t": seconds, "landmarks": [[x, y, z]] * 21}``
                            (``"landmarks": null`` for a frame without a hand; the key may be one of
                            the npz's names, a landmark ``{"x": .., "y": .., "z": ..}``)
@@ -62,6 +63,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import glob as _glob
+import itertools
 import json
 import math
 import os
@@ -623,18 +625,22 @@ def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
 
 
 def _read_csv(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]:
+    """A CSV file, its fields separated by ``,``, or where its header has no comma by ``;`` (then a
+    decimal comma is read too, as spreadsheets of many locales write it) or a tab."""
     with open(path, newline="", encoding="utf-8-sig") as f:
         lines = _Lines(f, path)
-        reader = csv.reader(lines)
+        first = next(lines, "")
+        sep = next((d for d in (",", ";", "\t") if d in first), ",")
+        reader = csv.reader(itertools.chain([first] if first else [], lines), delimiter=sep)
         try:
-            yield from _csv_rows(path, reader, chunk, max_frames)
+            yield from _csv_rows(path, reader, chunk, max_frames, sep)
         except csv.Error as e:
             # e.g. "field larger than field limit (131072)", a NUL byte, an unterminated quote
             raise _err(path, f"line {max(lines.num, 1)}: not a readable CSV row ({_why(e)}); a "
-                             "landmark CSV holds short numeric fields separated by ','") from None
+                             f"landmark CSV holds short numeric fields separated by {sep!r}") from None
 
 
-def _csv_rows(path: Path, reader, chunk: int, max_frames: int | None) -> Iterator[dict]:
+def _csv_rows(path: Path, reader, chunk: int, max_frames: int | None, sep: str = ",") -> Iterator[dict]:
     try:
         header = next(reader)
     except StopIteration:
@@ -661,10 +667,12 @@ def _csv_rows(path: Path, reader, chunk: int, max_frames: int | None) -> Iterato
         line = reader.line_num
         if len(row) != width:
             raise _err(path, f"line {line} has {len(row)} fields, the header {width}; the file may "
-                             "be truncated or use another delimiter (expected ',')")
+                             f"be truncated or use another delimiter (the header's is {sep!r})")
         total += 1
         if max_frames is not None and total > max_frames:
             raise _too_many(path, max_frames, f"line {line}")
+        if sep == ";":  # decimal commas
+            row = [c.replace(",", ".") for c in row]
         vals = []
         for i in lm_idx:
             vals.append(_cell(row[i], path, line, header[i]))
