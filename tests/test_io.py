@@ -319,6 +319,30 @@ def test_csv_with_semicolons_or_tabs(tmp_path, sep, decimal):
     np.testing.assert_array_equal(rec.timestamps, [0.0, 0.5, 1.0])
 
 
+def test_parquet_column_of_landmark_lists(tmp_path):
+    """A Parquet column of lists (as list-valued datasets store it): each row 21 [x, y, z] or 63
+    numbers, a null row a frame without a hand; read in chunks; a row of another length is refused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    w = _hand(6)
+    rows = [w[i].tolist() for i in range(6)]
+    rows[3] = None
+    pq.write_table(pa.table({"t": np.arange(6) / 30.0, "landmarks": pa.array(rows, pa.list_(pa.list_(pa.float64())))}),
+                   tmp_path / "a.parquet", row_group_size=4)
+    rec = io.load_landmarks(tmp_path / "a.parquet")
+    np.testing.assert_array_equal(rec.world[[0, 1, 2, 4, 5]], w[[0, 1, 2, 4, 5]])
+    assert rec.detected.tolist() == [True, True, True, False, True, True]
+    np.testing.assert_allclose(rec.timestamps, np.arange(6) / 30.0)
+    assert [len(c) for _, c, _ in io.iter_chunks(tmp_path / "a.parquet", chunk_size=4)] == [4, 2]
+    flat = pa.array(w.reshape(6, 63).tolist(), pa.list_(pa.float32(), 63))
+    pq.write_table(pa.table({"world_landmarks": flat}), tmp_path / "b.parquet")
+    np.testing.assert_allclose(io.load_landmarks(tmp_path / "b.parquet").world, w, atol=1e-7)
+    pq.write_table(pa.table({"landmarks": pa.array([w[0].tolist(), w[1].tolist()[:20]])}), tmp_path / "c.parquet")
+    with pytest.raises(ValueError, match="row 1: column 'landmarks' holds 20 landmarks, expected 21"):
+        io.load_landmarks(tmp_path / "c.parquet")
+
+
 def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"t": 0.0, "landmarks": _hand(1)[0].tolist()}) + "\n"

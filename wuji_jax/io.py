@@ -19,7 +19,9 @@ Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand la
                            the npz's names, a landmark ``{"x": .., "y": .., "z": ..}``)
 ``.json``                  a list of the JSONL's objects (or of bare ``[[x, y, z]] * 21`` / ``null``),
                            or ``{"frames": [...]}``; read whole (at most :data:`MAX_JSON_BYTES`)
-``.parquet``               the CSV's columns (needs ``pyarrow``: ``pip install wuji-jax[formats]``)
+``.parquet``               the CSV's columns, or one column of lists named as the npz's array (each
+                           row 21 ``[x, y, z]`` or 63 numbers, null: no hand) (needs ``pyarrow``:
+                           ``pip install wuji-jax[formats]``)
 ``.h5`` / ``.hdf5``        dataset ``landmarks`` (or one of the npz's names, or the only dataset)
                            and optional ``timestamps`` (needs ``h5py``: ``pip install
                            wuji-jax[formats]``)
@@ -612,7 +614,13 @@ def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
         raise _err(path, f"missing landmark columns {shown} ({len(missing)} of 63); expected "
                          "x0,y0,z0,...,x20,y20,z20 (or MediaPipe's landmark names: wrist_x, thumb_cmc_x, ..., "
                          "pinky_tip_z) and optional timestamp, frame, handedness, score")
-    cols = {c: pos[c] for c in LANDMARK_COLUMNS}
+    return {**{c: pos[c] for c in LANDMARK_COLUMNS}, **_optional_columns(pos)}
+
+
+def _optional_columns(pos: Mapping[str, int]) -> dict[str, int]:
+    """``timestamps``, ``frame``, ``handedness``, ``score`` → their column's index, where a table has
+    them (``pos``: lower-case column name → index)."""
+    cols = {}
     for name in _TIME_COLUMNS:
         if name in pos:
             cols["timestamps"] = pos[name]
@@ -876,8 +884,16 @@ def _read_parquet(path: Path, chunk: int, max_frames: int | None, skip: int = 0)
         names = list(pf.schema_arrow.names)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError for broken files
         raise _err(path, f"not a readable Parquet file ({_why(e)}); export it again") from e
-    cols = _wide_columns(names, path)
-    wanted = [names[cols[c]] for c in LANDMARK_COLUMNS]
+    lower = {h.strip().lower(): i for i, h in enumerate(names)}
+    nested = next((names[lower[k]] for k in LANDMARK_KEYS if k in lower
+                   and _is_list(pf.schema_arrow.field(names[lower[k]]).type, pa)), None)
+    if nested is not None and not set(LANDMARK_COLUMNS) <= set(lower):
+        # one column of lists: each row's 21 [x, y, z] (or 63 numbers), as list-valued datasets store it
+        cols = _optional_columns(lower)
+        wanted = [nested]
+    else:
+        cols = _wide_columns(names, path)
+        wanted = [names[cols[c]] for c in LANDMARK_COLUMNS]
     opt = {k: names[cols[k]] for k in ("timestamps", "frame", "handedness", "score") if k in cols}
     used = wanted + list(opt.values())
     md = pf.metadata
@@ -886,7 +902,7 @@ def _read_parquet(path: Path, chunk: int, max_frames: int | None, skip: int = 0)
     # Run-length / dictionary encoding and compression let a few kB declare millions of rows:
     # the rows' numbers (8 bytes each) and the handedness strings' uncompressed pages are compared
     # with the bytes on disk.
-    declared = n * 8 * (len(used) - (hand is not None))
+    declared = n * 8 * (3 * NUM_LANDMARKS + len(opt) - (hand is not None))
     if hand is not None:
         j = [i for i in range(md.num_columns) if md.schema.column(i).path == hand]
         declared += sum(md.row_group(g).column(j[0]).total_uncompressed_size
@@ -943,10 +959,13 @@ def _parquet_batches(pf, path: Path, chunk: int, used: list, wanted: list, opt: 
         m = batch.num_rows
         if max_frames is not None and start + m > max_frames:  # the metadata said otherwise
             raise _too_many(path, max_frames, f"row {start + m}")
-        lm = np.empty((m, 3 * NUM_LANDMARKS), np.float64)
-        for j, c in enumerate(wanted):
-            lm[:, j] = _arrow_float(batch.column(c), path, c)
-        out = {"world": lm.reshape(-1, NUM_LANDMARKS, 3)}
+        if len(wanted) == 1:  # a column of lists
+            out = {"world": _arrow_nested(batch.column(wanted[0]), path, wanted[0], start, pa)}
+        else:
+            lm = np.empty((m, 3 * NUM_LANDMARKS), np.float64)
+            for j, c in enumerate(wanted):
+                lm[:, j] = _arrow_float(batch.column(c), path, c)
+            out = {"world": lm.reshape(-1, NUM_LANDMARKS, 3)}
         for k, c in opt.items():
             col = batch.column(c)
             if k == "handedness":
@@ -956,6 +975,38 @@ def _parquet_batches(pf, path: Path, chunk: int, used: list, wanted: list, opt: 
         del batch
         start += m
         yield out
+
+
+def _is_list(t, pa) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _arrow_nested(col, path: Path, name: str, row0: int, pa) -> np.ndarray:
+    """A column of lists (row ``row0`` first) as ``(n, 21, 3)``: each row 21 lists of [x, y, z], or 63
+    numbers; a null row is a frame without a hand (NaN)."""
+    import pyarrow.compute as pc
+
+    def lengths(a, size: int) -> np.ndarray:  # per row: its length (a null row: -1); others are refused
+        got = _arrow_values(pc.list_value_length(a), pa.int64(), np.int64, -1)
+        bad = np.flatnonzero((got != size) & (got != -1))
+        if bad.size:
+            raise _err(path, f"row {row0 + int(bad[0])}: column '{name}' holds {int(got[bad[0]])} "
+                             f"{'landmarks' if size == NUM_LANDMARKS else 'values'}, expected "
+                             f"{'21 [x, y, z]' if size == NUM_LANDMARKS else size}")
+        return got
+
+    out = np.full((len(col), NUM_LANDMARKS, 3), np.nan)
+    if _is_list(col.type.value_type, pa):
+        rows = lengths(col, NUM_LANDMARKS) >= 0
+        points = col.flatten()  # the rows' landmarks, null rows left out
+        if (lengths(points, 3) < 0).any():
+            raise _err(path, f"column '{name}' has a null landmark; write NaN coordinates for a missing one")
+        values = points.flatten()
+    else:
+        rows = lengths(col, 3 * NUM_LANDMARKS) >= 0
+        values = col.flatten()
+    out[rows] = _arrow_float(values, path, name).reshape(-1, NUM_LANDMARKS, 3)
+    return out
 
 
 def _arrow_hands(col, pa) -> np.ndarray:
