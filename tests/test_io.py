@@ -341,6 +341,10 @@ def test_parquet_column_of_landmark_lists(tmp_path):
     pq.write_table(pa.table({"landmarks": pa.array([w[0].tolist(), w[1].tolist()[:20]])}), tmp_path / "c.parquet")
     with pytest.raises(ValueError, match="row 1: column 'landmarks' holds 20 landmarks, expected 21"):
         io.load_landmarks(tmp_path / "c.parquet")
+    # a row of a million values (a few kB compressed) is refused from the metadata, before decoding it
+    pq.write_table(pa.table({"landmarks": pa.array([np.zeros(10**6)], pa.list_(pa.float64()))}), tmp_path / "d.parquet")
+    with pytest.raises(ValueError, match="declares 1,000,000 values for 1 rows, more than 21 × 3 a row"):
+        io.load_landmarks(tmp_path / "d.parquet")
 
 
 def test_jsonl_null_landmarks_is_a_missing_frame(tmp_path):

@@ -903,6 +903,12 @@ def _read_parquet(path: Path, chunk: int, max_frames: int | None, skip: int = 0)
     # the rows' numbers (8 bytes each) and the handedness strings' uncompressed pages are compared
     # with the bytes on disk.
     declared = n * 8 * (3 * NUM_LANDMARKS + len(opt) - (hand is not None))
+    if len(wanted) == 1:  # a column of lists: its values, as the metadata counts them, are at most 63 a row
+        leaves = [j for j in range(md.num_columns) if md.schema.column(j).path.split(".")[0] == wanted[0]]
+        values = sum(md.row_group(g).column(j).num_values for g in range(md.num_row_groups) for j in leaves)
+        if values > n * (3 * NUM_LANDMARKS + 1):  # (+1: a null row's entry)
+            raise _err(path, f"column '{wanted[0]}' declares {values:,} values for {n:,} rows, more than "
+                             "21 × 3 a row; not a landmark file")
     if hand is not None:
         j = [i for i in range(md.num_columns) if md.schema.column(i).path == hand]
         declared += sum(md.row_group(g).column(j[0]).total_uncompressed_size
