@@ -252,10 +252,13 @@ def test_mediapipe_world_landmark_names_are_read(tmp_path):
         np.testing.assert_array_equal(rec.world, w)
         np.testing.assert_allclose(rec.timestamps, t)
     assert _count_frames(tmp_path / "a.npz") == 4 and _count_frames(tmp_path / "b.h5") == 4
-    # MediaPipe's hand_landmarks are image coordinates, not these: still asked for by name
+    # MediaPipe's hand_landmarks are image coordinates, not these: asked for by name, and said so
     np.savez(tmp_path / "d.npz", hand_landmarks=w, timestamps=t)
-    with pytest.raises(ValueError, match="none named 'landmarks' .or 'world', 'world_landmarks'"):
+    with pytest.raises(ValueError, match="none named 'landmarks' .or 'world', 'world_landmarks'.*normalised image"):
         io.load_landmarks(tmp_path / "d.npz")
+    (tmp_path / "e.jsonl").write_text(json.dumps({"t": 0, "hand_landmarks": w[0].tolist()}) + "\n")
+    with pytest.raises(ValueError, match="line 1 has no 'landmarks' .*'hand_landmarks' are MediaPipe's normalised"):
+        io.load_landmarks(tmp_path / "e.jsonl")
 
 
 def test_json_list_of_frames(tmp_path):

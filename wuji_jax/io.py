@@ -114,6 +114,14 @@ _TIME_COLUMNS = ("timestamp", "timestamps", "t", "time")
 LANDMARK_KEYS: tuple[str, ...] = ("landmarks", "world", "world_landmarks", "hand_world_landmarks")
 _KEYS_SAID = "'landmarks' (or " + ", ".join(f"'{k}'" for k in LANDMARK_KEYS[1:]) + ")"
 
+
+def _image_keys_hint(keys) -> str:
+    """A hint where ``keys`` hold MediaPipe's image landmarks but not its world landmarks."""
+    if any(str(k).lower() in ("hand_landmarks", "image_landmarks", "normalized_landmarks") for k in keys):
+        return (" ('hand_landmarks' are MediaPipe's normalised image coordinates; the fit needs its world "
+                "landmarks in metres, 'hand_world_landmarks')")
+    return ""
+
 #: Most frames one data file may hold (10 million frames are 5 GB of float64 landmarks in memory):
 #: the default of ``max_frames=`` of :func:`load_landmarks` / :func:`iter_chunks`, which set it per
 #: call.
@@ -459,8 +467,8 @@ def _read_npz(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> 
                 raise _err(path, "the .npz holds no arrays; save the landmarks as np.savez(path, "
                                  "landmarks=a)")
             elif key is None:
-                raise _err(path, f"the .npz holds arrays {keys} but none named {_KEYS_SAID}; save the "
-                                 "(N, 21, 3) array as landmarks=...")
+                raise _err(path, f"the .npz holds arrays {keys} but none named {_KEYS_SAID}"
+                                 f"{_image_keys_hint(keys)}; save the (N, 21, 3) array as landmarks=...")
 
             def header(k: str) -> tuple[tuple[int, ...], np.dtype]:
                 info = members[k]
@@ -816,7 +824,7 @@ def _add_record(path: Path, where: str, rec: dict, frames: _Records) -> None:
     name = next((k for k in LANDMARK_KEYS if k in rec), None)
     if name is None:  # another schema, not a frame without a hand
         keys = ", ".join(list(map(str, rec))[:6]) or "none"
-        raise _err(path, f"{where} has no {_KEYS_SAID} key (keys: {keys}); expected "
+        raise _err(path, f"{where} has no {_KEYS_SAID} key (keys: {keys}){_image_keys_hint(rec)}; expected "
                          '{"t": seconds, "landmarks": [[x, y, z], ...21]}, with "landmarks": null for no hand')
     lm = rec[name]
     if lm is None:
@@ -1137,8 +1145,8 @@ def _read_h5(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> I
                                          for v in links.values()):
             key = dsets[0]
         else:
-            raise _err(path, f"datasets {sorted(links)} but none named {_KEYS_SAID}; store the "
-                             "(N, 21, 3) array as dataset 'landmarks'")
+            raise _err(path, f"datasets {sorted(links)} but none named {_KEYS_SAID}{_image_keys_hint(links)}; "
+                             "store the (N, 21, 3) array as dataset 'landmarks'")
         d = _h5_get(f, key, path, h5py)
         if d.dtype.kind not in "fiu":
             raise _err(path, f"dataset '{key}' has dtype {d.dtype}, not numbers")
