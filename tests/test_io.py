@@ -309,12 +309,12 @@ def test_a_table_of_solved_angles_is_named_as_such(tmp_path):
         io.load_landmarks(tmp_path / "angles.csv")
 
 
-@pytest.mark.parametrize("sep, decimal", [(";", ","), ("\t", ".")])
-def test_csv_with_semicolons_or_tabs(tmp_path, sep, decimal):
+@pytest.mark.parametrize("sep, decimal, ext", [(";", ",", ".csv"), ("\t", ".", ".csv"), ("\t", ".", ".tsv")])
+def test_csv_with_semicolons_or_tabs(tmp_path, sep, decimal, ext):
     """A CSV whose header has no comma: ``;`` (as spreadsheets write it where the decimal mark is a
-    comma, read too) or tab separated fields."""
+    comma, read too) or tab separated fields; a ``.tsv`` file."""
     w = _hand(3)
-    path = tmp_path / "x.csv"
+    path = tmp_path / f"x{ext}"
     path.write_text(sep.join(["timestamp", *io.LANDMARK_COLUMNS]) + "\n" + "".join(
         sep.join(repr(float(v)).replace(".", decimal) for v in [0.5 * r, *w[r].ravel()]) + "\n" for r in range(3)))
     rec = io.load_landmarks(path)

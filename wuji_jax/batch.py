@@ -301,7 +301,7 @@ def _total_frames(counts: Sequence[int | None]) -> int | None:
 #: the fewest bytes a frame takes in a text file, whose frames are not counted before reading it: a CSV
 #: row has the header's 63 or more fields (62 separators and a line end), a JSONL line is at least
 #: ``{"world":null}`` and its line end, a ``.json`` frame at least ``null`` and a comma
-_MIN_FRAME_BYTES = {".csv": 63, ".jsonl": 15, ".ndjson": 15, ".json": 5}
+_MIN_FRAME_BYTES = {".csv": 63, ".tsv": 63, ".jsonl": 15, ".ndjson": 15, ".json": 5}
 
 
 def _most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | None:

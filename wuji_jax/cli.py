@@ -418,7 +418,7 @@ def _solve_parser(sub) -> None:
         "bundled sample recording. Python: wuji_jax.batch.solve_dataset(inputs, out, ...).",
     )
     p.add_argument("inputs", nargs="*", metavar="INPUT",
-                   help="landmark files, globs or folders (.npy .npz .csv .jsonl .json .parquet .h5, videos); "
+                   help="landmark files, globs or folders (.npy .npz .csv .tsv .jsonl .json .parquet .h5, videos); "
                         "default: the bundled sample")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="table to write (.parquet, .npz or .csv), or an existing folder to write "

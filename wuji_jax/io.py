@@ -13,7 +13,7 @@ Inputs (:func:`load_landmarks`, :func:`iter_chunks`) hold MediaPipe's 21 hand la
                            MediaPipe's names, ``wrist_x`` ... ``pinky_tip_z``, in any case) and
                            optional ``timestamp`` (seconds), ``frame``, ``handedness``, ``score``;
                            empty cells read as NaN; ``;`` (with decimal commas) or tab separators
-                           where the header has no comma
+                           where the header has no comma (``.tsv``: the same)
 ``.jsonl``                 one JSON object a line: ``{"t": seconds, "landmarks": [[x, y, z]] * 21}``
                            (``"landmarks": null`` for a frame without a hand; the key may be one of
                            the npz's names, a landmark ``{"x": .., "y": .., "z": ..}``)
@@ -102,7 +102,7 @@ NUM_LANDMARKS = 21
 #: Column names of the wide table layout (CSV, Parquet): x0, y0, z0, ..., x20, y20, z20.
 LANDMARK_COLUMNS: tuple[str, ...] = tuple(f"{a}{i}" for i in range(NUM_LANDMARKS) for a in "xyz")
 
-DATA_EXTENSIONS: tuple[str, ...] = (".npy", ".npz", ".csv", ".jsonl", ".ndjson", ".json", ".parquet", ".pq",
+DATA_EXTENSIONS: tuple[str, ...] = (".npy", ".npz", ".csv", ".tsv", ".jsonl", ".ndjson", ".json", ".parquet", ".pq",
                                     ".h5", ".hdf5")
 VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".mov", ".avi", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg")
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -1235,7 +1235,7 @@ def _reader(path: Any, chunk: int, video_options: Mapping[str, Any],
             ".hdf5": _read_h5}
     if ext in seek:
         return seek[ext](path, chunk, max_frames, skip)
-    fn = {".csv": _read_csv, ".jsonl": _read_jsonl, ".ndjson": _read_jsonl, ".json": _read_json}[ext]
+    fn = {".csv": _read_csv, ".tsv": _read_csv, ".jsonl": _read_jsonl, ".ndjson": _read_jsonl, ".json": _read_json}[ext]
     return _skip_rows(fn(path, chunk, max_frames), skip, chunk)
 
 
