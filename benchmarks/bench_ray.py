@@ -142,7 +142,8 @@ def _ray_running(data: Path, work: Path, cache: Path, layouts: list[str], args) 
             _run(_cli_cmd(data, work / "ray_first.parquet", cache, args, "--ray", "auto"), "the CLI with --ray auto")
         for k in order:
             out = work / f"ray_{k}.parquet"
-            _, cpus = _layout(k.removeprefix("running-again").lstrip("-") or "default") if k != "running" else (0, 0)
+            # running-again-WxC: W workers of C CPUs (--cpus-per-worker C); running, running-again: the default
+            cpus = _layout(k.removeprefix("running-again-"))[1] if k.startswith("running-again-") else None
             cmd = _cli_cmd(data, out, cache, args, "--ray", "auto",
                            *(["--cpus-per-worker", str(cpus)] if cpus else []))
             before = _load()

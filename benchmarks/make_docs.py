@@ -55,6 +55,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -646,11 +647,8 @@ def _scalars(node: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 
 def _median_wall(runs: list) -> float | None:
     """The median ``wall_s`` of a configuration's runs (the rounds its frames/s is the median of)."""
-    walls = sorted(r["wall_s"] for r in runs if isinstance(r.get("wall_s"), (int, float)))
-    if not walls:
-        return None
-    h = len(walls) // 2
-    return walls[h] if len(walls) % 2 else 0.5 * (walls[h - 1] + walls[h])
+    walls = [r["wall_s"] for r in runs if isinstance(r.get("wall_s"), (int, float))]
+    return statistics.median(walls) if walls else None
 
 
 def sec_ray(book: Results, detail: bool) -> str:
