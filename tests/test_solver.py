@@ -379,18 +379,19 @@ def test_accelerator_path_slices_one_transfer_like_the_host_path(right):
 
 def test_sums_are_written_for_the_platform_compiled_for():
     """geometry.total/contract: adds of slices when traced for the CPU (XLA:CPU runs reductions over
-    non-minor axes slowly), reductions for an accelerator (smaller programs there); equal values."""
+    non-minor axes slowly), reductions for an accelerator (smaller programs there) and for REDUCE
+    (the solver's derivative, on any device); equal values."""
     from wuji_jax import geometry as geo
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(3, 4, 5)), rng.normal(size=(4, 1))
     ops = {}
-    for platform in ("cpu", "gpu"):
+    for platform in ("cpu", "gpu", geo.REDUCE):
         with geo.summing(platform):
             jaxpr = str(jax.make_jaxpr(lambda a, b: (geo.total(a, (0, 2)), geo.contract(a, b, 1)))(a, b))
             t, c = geo.total(jnp.asarray(a), (0, 2)), geo.contract(jnp.asarray(a), jnp.asarray(b), 1)
         ops[platform] = jaxpr.count("reduce_sum")
         np.testing.assert_allclose(np.asarray(t), a.sum((0, 2)), rtol=1e-12)
         np.testing.assert_allclose(np.asarray(c), (a * b).sum(1), rtol=1e-12)
-    assert ops == {"cpu": 0, "gpu": 2}
+    assert ops == {"cpu": 0, "gpu": 2, geo.REDUCE: 2}
     assert not geo._reductions()  # outside a context: JAX's default backend (this machine's CPU)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "total", "contract", "summing", "sincos", "atan2", "dot", "cross", "triple", "unit", "matvec", "matTvec", "matmul", "skew",
+    "total", "contract", "summing", "REDUCE", "sincos", "atan2", "dot", "cross", "triple", "unit", "matvec", "matTvec", "matmul", "skew",
     "rodrigues", "so3_exp", "rpy_to_matrix", "matrix_to_quaternion",
 ]
 
@@ -90,15 +90,18 @@ def atan2(y, x):
 
 
 _PLATFORM = contextvars.ContextVar("wuji_jax_summing_platform", default=None)
+#: :func:`summing`'s argument for XLA reductions on every device, the CPU included
+REDUCE = "reduce"
 
 
 @contextlib.contextmanager
 def summing(platform: str | None):
     """Within this context :func:`total` and :func:`contract` are traced for ``platform``'s compiler:
     as adds of slices for ``"cpu"``, as XLA reductions for any other (``None``: JAX's default backend,
-    also outside any context). Only the generated code differs, not the values. The solver's entry
-    points that know their device set it (``solve_batch(platform=)``, ``split_kernel``,
-    ``FrameSolver``)."""
+    also outside any context; :data:`REDUCE`: reductions whatever the device). Only the generated
+    code differs, not the values. The solver's entry points that know their device set it
+    (``solve_batch(platform=)``, ``split_kernel``, ``FrameSolver``); the solver's derivative uses
+    :data:`REDUCE` (:mod:`wuji_jax.solver.lm`)."""
     token = _PLATFORM.set(platform)
     try:
         yield

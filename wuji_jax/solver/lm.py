@@ -25,20 +25,25 @@ The pieces, each a pure function of named pytrees:
 * :func:`minimise`: the loop (``lax.while_loop``: a batch stops as soon as every frame has
   converged or stalled, at the latest after ``iterations``).
 
-Derivatives: :func:`minimise` is a ``jax.custom_jvp``. Its tangent is that of
-:data:`DERIVATIVE_STEPS` undamped Gauss–Newton steps taken from the solution: the implicit-function
-derivative of the optimum, summed as a Neumann series whose first term (one step) is exact for a
-zero-residual fit and whose later terms correct for the Huber and residual curvature that Gauss–Newton
-leaves out, where they converge: a landmark in the Huber loss's linear zone has a curvature Gauss–Newton
-overrates, and there the derivative stays approximate. ``jax.grad``/``jacfwd`` through the solver never
-differentiate the loop. Against central differences of the converged float64 solve: noise-free
-frames 1e-6 relative (tests/test_gradients.py); a real frame along two directions 24 % and 0.06 %
-(1 step, 8 steps), along a third 16 % with 8 steps (notebooks/03).
+Derivatives: :func:`minimise` is a ``jax.custom_jvp``. Its tangent is that of :data:`DERIVATIVE_STEPS`
+undamped Gauss–Newton steps taken from the solution ``x*``, each linearised at ``x*`` (the steps barely
+move it): ``dx ← T_x·dx + T_θ·dθ`` from ``dx = 0``, the Neumann series ``Σ_k T_xᵏ·T_θ·dθ`` of the
+implicit-function derivative of the optimum. Its first term (one step) is exact for a zero-residual
+fit; the later terms correct for the Huber and residual curvature that Gauss–Newton leaves out, where
+they converge: a landmark in the Huber loss's linear zone has a curvature Gauss–Newton overrates, and
+there the derivative stays approximate. ``jax.grad``/``jacfwd`` through the solver never differentiate
+the loop. Against central differences of the converged float64 solve: noise-free frames 1e-6 relative
+(tests/test_gradients.py); the bundled sample's frame 100, Inspire ``fore`` command, along three random
+directions 0.3 %, 0.7 % and 0.7 %, along the direction notebooks/03 draws 1.0 %.
 
 The steps hold their Gauss–Newton matrix constant: its derivative multiplies the gradient, which is 0
-at the optimum. Not differentiating the matrix and its factorisation made ``jax.value_and_grad``
-through :func:`wuji_jax.solve` compile in 36.4 s instead of 47.0 s (float64, one frame, 2-core CPU),
-with gradients equal to 3e-7 at a tight solution and 2.5 % apart at the default settings.
+at the optimum. The step is linearised once (its residuals are kept once, not per step) and traced
+with reductions (:data:`wuji_jax.geometry.REDUCE`) on every device: ``jax.jit(jax.value_and_grad)`` of a
+loss on :func:`wuji_jax.solve`'s angles (float32, default settings, 2-core CPU) compiled in 16.9 s
+instead of 27.4 s and ran 0.91 ms instead of 1.80 ms for one frame, 19.0 s and 292 µs a frame instead
+of 31.5 s and 411 µs for 256 frames, 25.6 s and 257 µs a frame instead of 38.1 s and 373 µs for 4,096
+(differentiating each step along its path, with adds of slices). The gradients equal the former ones
+to 3e-7 at a tight solution and are 1.1 % apart at the default settings (where neither is exact).
 
 Layout: components first, frames last (:mod:`wuji_jax.chains`).
 """
@@ -361,20 +366,21 @@ def _minimise_jvp(st, primals, tangents):
     x, iterations, converged = _minimise(st, theta, x0, active)
     hand, params, prob, cfg = theta
 
-    def steps(theta):  # Gauss–Newton steps from the (fixed) solution: their tangent is the derivative
+    def gn(xi, theta):  # one undamped Gauss–Newton step from xi
         hand, params, prob, cfg = theta
+        kp, J = keypoints(hand, st, params, xi, True)
+        A, Bm, C, gq, gp = normal_equations(hand, st, xi, kp, J, prob, cfg)
+        # the matrix as a constant: its derivative multiplies the gradient, which is 0 at the optimum
+        A, Bm, C = (jax.lax.stop_gradient(a) for a in (A, Bm, C))
+        dq, dp, _ = gauss_newton_step(A, Bm, C, gq, gp, jnp.zeros_like(xi.logs))
+        return _apply(st.ch, xi, dq, dp, st.soft, cfg)
 
-        def gn(_, xi):
-            kp, J = keypoints(hand, st, params, xi, True)
-            A, Bm, C, gq, gp = normal_equations(hand, st, xi, kp, J, prob, cfg)
-            # the matrix as a constant: its derivative multiplies the gradient, which is 0 at the optimum
-            A, Bm, C = (jax.lax.stop_gradient(a) for a in (A, Bm, C))
-            dq, dp, _ = gauss_newton_step(A, Bm, C, gq, gp, jnp.zeros_like(xi.logs))
-            return _apply(st.ch, xi, dq, dp, st.soft, cfg)
-
-        return jax.lax.fori_loop(0, DERIVATIVE_STEPS, gn, x)
-
-    _, dx = jax.jvp(steps, (theta,), (tangents[0],))
+    # the step linearised once at the solution, then its tangent iterated: dx ← T_x·dx + T_θ·dθ
+    # (sums as reductions on every device: a smaller program, see the module docstring)
+    with geo.summing(geo.REDUCE):
+        _, lin = jax.linearize(gn, x, theta)
+        dx = jax.lax.fori_loop(0, DERIVATIVE_STEPS, lambda _, d: lin(d, tangents[0]),
+                               jax.tree_util.tree_map(jnp.zeros_like, x))
     zero = lambda a: np.zeros(a.shape, jax.dtypes.float0)  # noqa: E731
     return (x, iterations, converged), (dx, zero(iterations), zero(converged))
 
