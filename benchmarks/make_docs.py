@@ -92,11 +92,12 @@ SCRIPTS = {
     "batch": "bench_batch.py",
     "gpu": "bench_gpu.py",
     "latency": "bench_latency.py",
+    "gradient": "bench_gradient.py",
 }
 #: the result files written in the current layout by scripts of the current solver; the others in
 #: ``results/`` (ik, gpu, batch, latency, and ``-partial`` robustness runs) are left out
 CURRENT_FORMAT = ("core", "vs_dexi", "pipeline", "parquet_rss", "robustness", "robustness-quick", "ray", "fk", "vs_dexret",
-                  "gpu")
+                  "gpu", "gradient")
 #: results without a recorded commit count only when measured after this commit: "LM keeps the angles within their limits" (defaults: 5 iterations, tolerance 1e-3)
 #: (the solver's current defaults, after the core rebuild d6f9a4d)
 SOLVER_SINCE = "92f0815"
@@ -590,6 +591,25 @@ def sec_parquet_rss(book: Results, detail: bool) -> str:
     return "\n\n".join(out)
 
 
+def sec_gradient(book: Results, detail: bool) -> str:
+    out = ["**Gradients through the solver**: `jax.jit(jax.value_and_grad(loss))` with `loss` = Σ sin of "
+           "`wj.solve`'s angles (float32, default settings), each batch in a fresh process without the "
+           "compilation cache: the time to compile, then the median warm call; the forward program alone "
+           "beside it."]
+    for r in book.of("gradient"):
+        out.append(book.cite(r))
+        rows = []
+        for run in get(r, "runs", book) or []:
+            g, f = run.get("gradient", {}), run.get("forward", {})
+            rows.append([count(run.get("batch")), secs(g.get("compile_s")), f_(g.get("us_per_frame"), ",.1f"),
+                         f_(g.get("run_ms"), ",.2f"), secs(f.get("compile_s")), f_(f.get("us_per_frame"), ",.1f")])
+        out.append(table(["frames", "gradient: compile s", "µs a frame", "ms a call", "forward: compile s",
+                          "µs a frame"], rows))
+    if len(out) == 1:
+        out.append(book.absent(["gradient"], "bench_gradient.py"))
+    return "\n\n".join(out)
+
+
 def sec_robustness(book: Results, detail: bool) -> str:
     out = ["**Robustness**: hostile frames through `wj.solve`, malformed files through the CLI."]
     for r in book.of("robustness", "robustness-quick"):
@@ -864,8 +884,8 @@ def bench_region(book: Results) -> str:
         "names its file, script and machine); the same figures, shorter, are the README's \"Numbers\". After a "
         "benchmark run: `PYTHONPATH=. python benchmarks/make_docs.py --tables-only`.",
         h(sec_first_answer(book, True)), h(sec_accuracy(book, True)), h(sec_speed(book, True)),
-        h(sec_vs_dexi(book, True)), h(sec_pipeline(book, True)), h(sec_parquet_rss(book, True)),
-        h(sec_robustness(book, True)),
+        h(sec_gradient(book, True)), h(sec_vs_dexi(book, True)), h(sec_pipeline(book, True)),
+        h(sec_parquet_rss(book, True)), h(sec_robustness(book, True)),
         h(sec_ray(book, True)), h(sec_gpu(book, True)), h(sec_fk(book, True)), h(sec_vs_dexret(book, True)), h(sec_status(book)),
     ]
     return "\n\n".join(p for p in parts if p)

@@ -38,11 +38,11 @@ directions 0.3 %, 0.7 % and 0.7 %, along the direction notebooks/03 draws 1.0 %.
 
 The steps hold their Gauss–Newton matrix constant: its derivative multiplies the gradient, which is 0
 at the optimum. The step is linearised once (its residuals are kept once, not per step) and traced
-with reductions (:data:`wuji_jax.geometry.REDUCE`) on every device: ``jax.jit(jax.value_and_grad)`` of a
-loss on :func:`wuji_jax.solve`'s angles (float32, default settings, 2-core CPU) compiled in 16.9 s
-instead of 27.4 s and ran 0.91 ms instead of 1.80 ms for one frame, 19.0 s and 292 µs a frame instead
-of 31.5 s and 411 µs for 256 frames, 25.6 s and 257 µs a frame instead of 38.1 s and 373 µs for 4,096
-(differentiating each step along its path, with adds of slices). The gradients equal the former ones
+with reductions (:data:`wuji_jax.geometry.REDUCE`) on every device. ``benchmarks/bench_gradient.py``
+(``jax.jit(jax.value_and_grad)`` of a loss on :func:`wuji_jax.solve`'s angles, float32, default
+settings, 2-core CPU), before (each step differentiated along its path, with adds of slices) → after:
+compile 26.9 → 18.7 s and 3.01 → 1.44 ms a call for one frame; 30.2 → 22.8 s and 349 → 209 µs a frame
+for 256 frames; 37.7 → 28.8 s and 367 → 212 µs a frame for 4,096. The gradients equal the former ones
 to 3e-7 at a tight solution and are 1.1 % apart at the default settings (where neither is exact).
 
 Layout: components first, frames last (:mod:`wuji_jax.chains`).
