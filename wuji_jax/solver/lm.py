@@ -25,31 +25,37 @@ The pieces, each a pure function of named pytrees:
 * :func:`minimise`: the loop (``lax.while_loop``: a batch stops as soon as every frame has
   converged or stalled, at the latest after ``iterations``).
 
-Derivatives: :func:`minimise` is a ``jax.custom_jvp``. Its tangent is that of :data:`DERIVATIVE_STEPS`
-undamped Gauss–Newton steps taken from the solution ``x*``, each linearised at ``x*`` (the steps barely
-move it): ``dx ← T_x·dx + T_θ·dθ`` from ``dx = 0``, the Neumann series ``Σ_k T_xᵏ·T_θ·dθ`` of the
-implicit-function derivative of the optimum. Its first term (one step) is exact for a zero-residual
-fit; the later terms correct for the Huber and residual curvature that Gauss–Newton leaves out, where
-they converge: a landmark in the Huber loss's linear zone has a curvature Gauss–Newton overrates, and
-there the derivative stays approximate. ``jax.grad``/``jacfwd`` through the solver never differentiate
-the loop. Against central differences of the converged float64 solve: noise-free frames 1e-6 relative
-(tests/test_gradients.py); the bundled sample's frame 100, Inspire ``fore`` command, along three random
-directions 0.3 %, 0.7 % and 0.7 %, along the direction notebooks/03 draws 1.0 %.
+Derivatives: :func:`minimise` is a ``jax.custom_jvp``. Its tangent is that of
+:data:`DERIVATIVE_STEPS` undamped Gauss–Newton steps taken from the solution: the implicit-function
+derivative of the optimum, summed as a Neumann series whose first term (one step) is exact for a
+zero-residual fit and whose later terms correct for the Huber and residual curvature that Gauss–Newton
+leaves out, where they converge: a landmark in the Huber loss's linear zone has a curvature Gauss–Newton
+overrates, and there the derivative stays approximate. ``jax.grad``/``jacfwd`` through the solver never
+differentiate the loop. Against central differences of the converged float64 solve: noise-free
+frames 1e-6 relative (tests/test_gradients.py); a real frame along two directions 24 % and 0.06 %
+(1 step, 8 steps), along a third 16 % with 8 steps (notebooks/03).
 
 The steps hold their Gauss–Newton matrix constant: its derivative multiplies the gradient, which is 0
-at the optimum. The step is linearised once (its residuals are kept once, not per step) and traced
-with reductions (:data:`wuji_jax.geometry.REDUCE`) on every device. ``benchmarks/bench_gradient.py``
-(``jax.jit(jax.value_and_grad)`` of a loss on :func:`wuji_jax.solve`'s angles, float32, default
-settings, 2-core CPU), before (each step differentiated along its path, with adds of slices) → after:
-compile 26.9 → 18.7 s and 3.01 → 1.44 ms a call for one frame; 30.2 → 22.8 s and 349 → 209 µs a frame
-for 256 frames; 37.7 → 28.8 s and 367 → 212 µs a frame for 4,096. The gradients equal the former ones
-to 3e-7 at a tight solution and are 1.1 % apart at the default settings (where neither is exact).
+at the optimum. Not differentiating the matrix and its factorisation made ``jax.value_and_grad``
+through :func:`wuji_jax.solve` compile in 36.4 s instead of 47.0 s (float64, one frame, 2-core CPU),
+with gradients equal to 3e-7 at a tight solution and 2.5 % apart at the default settings.
+
+Batches (chunks) of at most :data:`REDUCE_DERIVATIVE_FRAMES` frames trace the steps' sums as reductions
+(:data:`wuji_jax.geometry.REDUCE`) on every device, larger ones as the solver's own kernels (adds of
+slices on the CPU). ``benchmarks/bench_gradient.py`` (``jax.jit(jax.value_and_grad)`` of a loss on
+:func:`wuji_jax.solve`'s angles, float32, default settings, 2-core CPU), adds of slices → reductions:
+one frame, compile 26.9 → 20.6 s and 3.01 → 2.33 ms a call; 64 frames, 33.7 → 26.7 s and 415 → 410 µs
+a frame; 256 frames, 30.2 → 23.7 s but 349 → 389 µs a frame (so slices there). Linearising the step
+once at the solution and iterating its tangent (``dx ← T_x·dx + T_θ·dθ``) ran 256 frames in 209 µs a
+frame and compiled in 22.8 s, but jax 0.6 and 0.7 cannot transpose a loop over tangents written in a
+custom JVP rule (``_scan_transpose``: AssertionError), and this package supports jax ≥ 0.6.1.
 
 Layout: components first, frames last (:mod:`wuji_jax.chains`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import NamedTuple
 
@@ -62,12 +68,15 @@ from ..chains import ChainParams, Chains, coupled_rows, fk, link_angles, variabl
 from ..model import HandModel
 from .config import SolverConfig
 
-__all__ = ["REF", "Structure", "Problem", "Variables", "LMState", "cost", "normal_equations", "gauss_newton_step", "step",
+__all__ = ["REF", "DERIVATIVE_STEPS", "REDUCE_DERIVATIVE_FRAMES", "Structure", "Problem", "Variables", "LMState", "cost", "normal_equations", "gauss_newton_step", "step",
            "minimise", "chol_solve", "huber"]
 
 REF = 0.01  #: metres: residuals are measured in units of 1 cm inside the solver
 #: Gauss–Newton steps whose tangent gives the solver's derivative (see the module docstring)
 DERIVATIVE_STEPS = 8
+#: batches (chunks) of at most this many frames trace the derivative's sums as reductions (see the
+#: module docstring)
+REDUCE_DERIVATIVE_FRAMES = 64
 _LOG_S = (float(np.log(0.1)), float(np.log(10.0)))  # bounds of the log scale
 
 
@@ -366,21 +375,23 @@ def _minimise_jvp(st, primals, tangents):
     x, iterations, converged = _minimise(st, theta, x0, active)
     hand, params, prob, cfg = theta
 
-    def gn(xi, theta):  # one undamped Gauss–Newton step from xi
+    def steps(theta):  # Gauss–Newton steps from the (fixed) solution: their tangent is the derivative
         hand, params, prob, cfg = theta
-        kp, J = keypoints(hand, st, params, xi, True)
-        A, Bm, C, gq, gp = normal_equations(hand, st, xi, kp, J, prob, cfg)
-        # the matrix as a constant: its derivative multiplies the gradient, which is 0 at the optimum
-        A, Bm, C = (jax.lax.stop_gradient(a) for a in (A, Bm, C))
-        dq, dp, _ = gauss_newton_step(A, Bm, C, gq, gp, jnp.zeros_like(xi.logs))
-        return _apply(st.ch, xi, dq, dp, st.soft, cfg)
 
-    # the step linearised once at the solution, then its tangent iterated: dx ← T_x·dx + T_θ·dθ
-    # (sums as reductions on every device: a smaller program, see the module docstring)
-    with geo.summing(geo.REDUCE):
-        _, lin = jax.linearize(gn, x, theta)
-        dx = jax.lax.fori_loop(0, DERIVATIVE_STEPS, lambda _, d: lin(d, tangents[0]),
-                               jax.tree_util.tree_map(jnp.zeros_like, x))
+        def gn(_, xi):
+            kp, J = keypoints(hand, st, params, xi, True)
+            A, Bm, C, gq, gp = normal_equations(hand, st, xi, kp, J, prob, cfg)
+            # the matrix as a constant: its derivative multiplies the gradient, which is 0 at the optimum
+            A, Bm, C = (jax.lax.stop_gradient(a) for a in (A, Bm, C))
+            dq, dp, _ = gauss_newton_step(A, Bm, C, gq, gp, jnp.zeros_like(xi.logs))
+            return _apply(st.ch, xi, dq, dp, st.soft, cfg)
+
+        return jax.lax.fori_loop(0, DERIVATIVE_STEPS, gn, x)
+
+    # small batches: sums as reductions on every device, a smaller program (module docstring)
+    small = x.logs.shape[-1] <= REDUCE_DERIVATIVE_FRAMES
+    with geo.summing(geo.REDUCE) if small else contextlib.nullcontext():
+        _, dx = jax.jvp(steps, (theta,), (tangents[0],))
     zero = lambda a: np.zeros(a.shape, jax.dtypes.float0)  # noqa: E731
     return (x, iterations, converged), (dx, zero(iterations), zero(converged))
 
