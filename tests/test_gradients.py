@@ -36,3 +36,22 @@ def test_gradients_through_the_solver_match_finite_differences(right):
     fd = float((loss(y, z0 + eps) - loss(y, z0 - eps)) / (2 * eps))
     np.testing.assert_allclose(gz, fd, rtol=1e-4, atol=1e-7)
     assert abs(gz) > 1e-3
+
+
+def test_small_batches_trace_the_derivative_with_reductions(right):
+    """The derivative's steps are traced with reductions for chunks of at most REDUCE_DERIVATIVE_FRAMES
+    frames (a smaller program) and as the solver's own CPU kernels (adds of slices) above: the JVP
+    program of one frame holds hundreds fewer slices than that of 65 frames, whose forward solve is
+    the same code (tracing only, nothing compiled)."""
+    from wuji_jax.solver import lm
+
+    assert lm.REDUCE_DERIVATIVE_FRAMES == 64
+    y = np.asarray(reference_keypoints(np.asarray(wj.named_pose("victory")) * 0.6 + 0.1), np.float32)
+
+    def slices(frames):
+        lm_ = jnp.asarray(np.broadcast_to(y, (frames, 21, 3)))
+        f = lambda a: wj.solve(right, a, check_units=False).angles  # noqa: E731
+        return str(jax.make_jaxpr(lambda a: jax.jvp(f, (a,), (a,)))(lm_)).count(" slice[")
+
+    small, large = slices(1), slices(lm.REDUCE_DERIVATIVE_FRAMES + 1)
+    assert small + 300 < large, (small, large)
