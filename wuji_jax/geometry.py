@@ -101,7 +101,8 @@ def summing(platform: str | None):
     also outside any context; :data:`REDUCE`: reductions whatever the device). Only the generated
     code differs, not the values. The solver's entry points that know their device set it
     (``solve_batch(platform=)``, ``split_kernel``, ``FrameSolver``); the solver's derivative uses
-    :data:`REDUCE` (:mod:`wuji_jax.solver.lm`)."""
+    :data:`REDUCE` for batches of up to ``lm.REDUCE_DERIVATIVE_FRAMES`` frames
+    (:mod:`wuji_jax.solver.lm`)."""
     token = _PLATFORM.set(platform)
     try:
         yield
