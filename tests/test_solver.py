@@ -380,7 +380,7 @@ def test_accelerator_path_slices_one_transfer_like_the_host_path(right):
 def test_sums_are_written_for_the_platform_compiled_for():
     """geometry.total/contract: adds of slices when traced for the CPU (XLA:CPU runs reductions over
     non-minor axes slowly), reductions for an accelerator (smaller programs there) and for REDUCE
-    (the solver's derivative, on any device); equal values."""
+    (the solver's derivative of small batches, on any device); equal values."""
     from wuji_jax import geometry as geo
 
     rng = np.random.default_rng(0)

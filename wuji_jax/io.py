@@ -1137,14 +1137,12 @@ def _read_h5(path: Path, chunk: int, max_frames: int | None, skip: int = 0) -> I
         dsets = [k for k, v in links.items()
                  if isinstance(v, h5py.HardLink) and isinstance(f.get(k), h5py.Dataset)]
         key = next((k for k in LANDMARK_KEYS if k in links), None)
-        if key is not None:
-            pass
-        elif len(links) == 1:
+        if key is None and len(links) == 1:
             key = next(iter(links))
-        elif len(dsets) == 1 and not any(isinstance(v, (h5py.SoftLink, h5py.ExternalLink))
-                                         for v in links.values()):
+        elif key is None and len(dsets) == 1 and not any(isinstance(v, (h5py.SoftLink, h5py.ExternalLink))
+                                                         for v in links.values()):
             key = dsets[0]
-        else:
+        elif key is None:
             raise _err(path, f"datasets {sorted(links)} but none named {_KEYS_SAID}{_image_keys_hint(links)}; "
                              "store the (N, 21, 3) array as dataset 'landmarks'")
         d = _h5_get(f, key, path, h5py)
