@@ -104,6 +104,36 @@ def test_stopping_rule_converges_on_noise_free_frames(right):
     assert np.all(np.asarray(short.iterations) <= 2) and not np.all(np.asarray(short.converged))
 
 
+def test_the_lm_loop_holds_the_only_keypoint_and_jacobian_evaluation(right):
+    """LM's start is evaluated by the loop's iteration 0 (lm.step), not by a copy of the forward
+    kinematics with Jacobian before the loop: what the solver traces outside its loop stays small
+    (a copy there made 866 equations and 0.5 s more compilation of the 64-frame fit program). The
+    counts stay right: iteration 0 is not an iteration, and one iteration is one."""
+    from wuji_jax.solver import api, lm
+
+    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float64)
+
+    def solver(y, w, q0):  # the setup traced here, the loop inside a jit of its own (one equation here)
+        hand, ch, params, st, f = api._setup(right, y, w, q0, cfg)
+        prob = api._problem(hand, ch, f.y, f.w, f.q0, False)
+        x0 = lm.Variables(f.q0, jnp.zeros((0, 2)), jnp.broadcast_to(jnp.eye(3)[..., None], (3, 3, 2)),
+                          jnp.zeros((3, 2)), jnp.zeros(2))
+        return jax.jit(lambda theta, x0: lm._loop(st, theta, x0, f.valid))((hand, params, prob, cfg), x0)
+
+    traced = jax.make_jaxpr(solver)(jnp.zeros((2, 21, 3)), jnp.ones((2, 21)), jnp.zeros((2, 20))).jaxpr
+    outer, = [j for j in (e.params["jaxpr"].jaxpr for e in traced.eqns if "jaxpr" in e.params)
+              if any(e.primitive.name == "while" for e in j.eqns)]
+    loops = [e for e in outer.eqns if e.primitive.name == "while"]
+    body = loops[0].params["body_jaxpr"].jaxpr
+    assert len(outer.eqns) < 100 < len(body.eqns), (len(outer.eqns), len(body.eqns))
+    # iteration counts: iterations=1 runs one on every frame of a noisy batch, none is counted for the start
+    rng = np.random.default_rng(2)
+    y = np.stack([reference_keypoints(x) for x in rng.uniform(LOWER + 0.1, UPPER - 0.1, size=(4, 20))])
+    one = wj.solve(right, y + rng.normal(0, 0.003, y.shape), iterations=1)
+    zero = wj.solve(right, y + rng.normal(0, 0.003, y.shape), iterations=0)
+    assert np.all(np.asarray(one.iterations) == 1) and np.all(np.asarray(zero.iterations) == 0)
+
+
 def test_changing_numbers_does_not_recompile(right):
     """Iterations, tolerances and weights are traced: a second config compiles nothing."""
     y = np.stack([reference_keypoints(x) for x in np.full((3, 20), 0.3)])
