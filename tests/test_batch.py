@@ -148,7 +148,10 @@ def test_text_files_are_bounded_by_their_size(tmp_path, world):
     assert 70 <= real <= batch.QUICK_JOB_FRAMES and batch._quick_job(real)
     assert batch._default_batch(4096, "cpu", 2, real) == 512  # a small job's batch: one solver chunk per device
     assert batch._most_frames([tmp_path / "real.csv", tmp_path / "b.npy"], [None, 10]) == real + 10
-    assert batch._most_frames([tmp_path / "take.mp4"], [None]) is None and not batch._quick_job(None)
+    # a missing file solves nothing (it fails when its turn comes); a folder of images has no count
+    assert batch._most_frames([tmp_path / "missing.npy", tmp_path / "b.npy"], [None, 10]) == 10
+    (tmp_path / "frames").mkdir()
+    assert batch._most_frames([tmp_path / "frames"], [None]) is None and not batch._quick_job(None)
 
 
 def test_a_video_is_sized_by_its_stated_frame_count(tmp_path):

@@ -25,10 +25,9 @@ def test_gradients_through_the_solver_match_finite_differences(right):
         return jnp.sum(jnp.sin(wj.solve(h, y, config=TIGHT).angles[4:12]))
 
     z0 = hand.origin_xyz[i, 2]
-    loss = jax.jit(loss)  # the forward solve for the finite differences: one program for the 8 calls
     gy, gz = jax.jit(jax.grad(loss, argnums=(0, 1)))(y, z0)  # jitted: one program, as a training step is
     gy, gz = np.asarray(gy), float(gz)
-    eps = 1e-6
+    eps = 1e-6  # central differences of the eager solve (float64: the 64-frame programs other tests use too)
     for k, c in [(8, 1), (12, 0), (6, 2)]:
         d = jnp.zeros_like(y).at[k, c].set(eps)
         fd = (loss(y + d, z0) - loss(y - d, z0)) / (2 * eps)

@@ -309,10 +309,13 @@ def _most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | No
     their ``counts`` (:func:`_count_frames`) where known; a CSV's or JSONL's size over the fewest bytes
     a frame takes (:data:`_MIN_FRAME_BYTES`; a 70-frame CSV of 79 kB is at most 1,254 frames); a
     video's frame count as its container states it (:func:`_stated_video_frames`; a container may
-    miscount, and then only the compile options are those of the other size); None where a file gives
-    no figure (a camera, a folder of images, a video without a stated count)."""
+    miscount, and then only the compile options are those of the other size); 0 for a path that does
+    not exist (it fails when its turn comes, solving nothing); None where a file gives no figure (a
+    camera, a folder of images, a video without a stated count)."""
     most = 0
     for f, c in zip(files, counts):
+        if c is None and isinstance(f, (str, os.PathLike)) and not os.path.lexists(f):
+            c = 0
         if c is None and isinstance(f, (str, os.PathLike)) and Path(f).is_file():
             ext = Path(f).suffix.lower()
             per = _MIN_FRAME_BYTES.get(ext)
