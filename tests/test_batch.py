@@ -111,7 +111,9 @@ def test_outputs_readable_with_expected_columns(tmp_path, world):
 def test_kernel_compiles_once_for_any_length(tmp_path, world):
     """The dataset runner's kernel has one shape: files of any length compile nothing new. Small CSV
     and JSONL files, whose frames are not counted before reading, are small jobs too (bounded by
-    their size): the same quickly compiled kernel."""
+    their size): the same quickly compiled kernel. On one device its first stage is wj.solve's for up to
+    64 frames (named alike, kept per stage): a solve after the job compiles only its own second stage
+    (the job's also computes the Inspire commands), and gives the job's angles."""
     from compile_log import compiles
 
     batch.solve_dataset(_npy(tmp_path / "a.npy", world[:40]), tmp_path / "a.npz", **FAST)
@@ -127,6 +129,13 @@ def test_kernel_compiles_once_for_any_length(tmp_path, world):
             s = batch.solve_dataset(f, tmp_path / f"{f.suffix[1:]}.npz", **FAST)
             assert s["frames"] == 30
     assert not compiled, compiled
+    right = wj.load_hand("right")
+    with compiles() as compiled:
+        solved = wj.solve(right, world[:50])
+    assert not any("start" in m for m in compiled), compiled  # (its fit may be compiled, by now or here)
+    table = wj.io.read_results(tmp_path / "b64.npz")
+    angles = np.stack([table[n] for n in right.joint_names], 1)[:50]
+    np.testing.assert_allclose(np.asarray(solved.angles), angles, rtol=0, atol=1e-12)
 
 
 def test_text_files_are_bounded_by_their_size(tmp_path, world):

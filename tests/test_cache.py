@@ -336,7 +336,7 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
         with pytest.raises(Stop):
             api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
     # the bucket is compiled as two programs (staged_program), the fit (the larger) first
-    assert seen == {64: ("solve_batch_fit", {"xla_cpu_use_fusion_emitters": False}), 256: ("solve_batch", None)}
+    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}), 256: ("solve_batch", None)}
 
     # FrameSolver compiles with the options it is given: an unknown one fails, naming it
     monkeypatch.setattr(realtime, "quick_compile_options", lambda platform: {"xla_wuji_no_such_option": True})
@@ -411,8 +411,10 @@ def test_programs_compiled_side_by_side_run_without_compiling_again(caplog):
 
 
 def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, right):
-    """staged_program compiles a pair of programs once per argument structure (the config's static
-    coupling included), shapes and compiler options, and reuses it otherwise; the fit is made first."""
+    """staged_program compiles each stage once per argument structure (the config's static coupling
+    included), shapes and compiler options, and reuses it otherwise, whatever it is paired with (another
+    fit on the same batch compiles only that fit); the fit is made first. A batch on the default device
+    and the same batch in numpy share the programs."""
     import numpy as np
 
     from wuji_jax.solver import api
@@ -424,7 +426,7 @@ def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, r
         return [lambda *a, i=i: (i, len(a)) for i in range(len(calls))]
 
     monkeypatch.setattr(api, "compile_side_by_side", fake)
-    monkeypatch.setattr(api, "_STAGED", {})
+    monkeypatch.setattr(api, "_STAGES", {})
 
     def call(frames, coupling="hard", options=None):
         cfg = api.config_arrays(api.DEFAULT_CONFIG.replace(coupling=coupling), np.float32)
@@ -439,7 +441,13 @@ def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, r
     call(16)
     call(8, options={"xla_cpu_use_fusion_emitters": False})
     call(8, "soft")
+    assert made == [[6, 5]] * 4
+    args = (right, jax.device_put(np.zeros((8, 21, 3), np.float32)), np.ones((8, 21), np.float32),
+            np.zeros((8, 20), np.float32), api.config_arrays(api.DEFAULT_CONFIG, np.float32))
+    api.staged_program(api.start_cold, api.fit_chunked, "probe", args)(*args)  # on the device: the same
     assert len(made) == 4
+    assert api.staged_program(api.start_cold, api.fit_rows, "other", args)(*args) == (0, 6)
+    assert made[4:] == [[6]]  # another fit: only it is compiled, the start is kept
 
 
 def test_the_start_stage_is_kept_as_a_program(tmp_path, monkeypatch, right):

@@ -237,7 +237,7 @@ def cached_program(fn, name: str, *args, compiler_options: dict | None = None):
             _programs[plain] = jax.jit(fn, compiler_options=options)
         return _programs[plain]
     leaves, tree = jax.tree_util.tree_flatten(args)
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=_sharding(x)) for x in leaves]
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=array_sharding(x)) for x in leaves]
     ident = repr((name, getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""), str(tree),
                   [(s.shape, str(s.dtype), str(s.sharding)) for s in specs], jax.__version__,
                   _jaxlib_version(), bool(jax.config.jax_enable_x64),
@@ -309,7 +309,7 @@ def compile_side_by_side(*calls) -> list:
     return [compiled[i] for i in range(len(calls))]
 
 
-def _sharding(x):
+def array_sharding(x):
     """``x``'s sharding, or None for numpy and for arrays on one device of JAX's default backend: both
     run on that backend, and share one program."""
     import jax

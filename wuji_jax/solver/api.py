@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import geometry as geo
-from ..cache import cached_program, compile_side_by_side, quick_compile_options
+from ..cache import array_sharding, cached_program, compile_side_by_side, quick_compile_options
 from ..chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles
 from ..devices import split_over_devices
 from ..kinematics import check_angles
@@ -372,30 +372,35 @@ def start_spec(hand: HandModel, landmarks, config: SolverConfig, sharding=None) 
     return Start(q=spec(hand.num_joints), rot=rot, R=spec(3, 3), t=spec(3), logs=spec(), det=spec())
 
 
-_STAGED: dict = {}  # (start, fit, name, argument structure and shapes, options) → the two compiled programs
+_STAGES: dict = {}  # (stage function, program name, argument structure, shapes, options) → compiled program
 
 
 def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | None = None, sharding=None):
     """The solver as its two stages, each a program of its own: ``start(*args) → Start`` and
-    ``fit(*args, start) → outputs`` (:func:`cached_program` each, ``name_start`` and ``name_fit``),
+    ``fit(*args, start) → outputs`` (:func:`cached_program` each, ``solve_start`` and ``name_fit``),
     compiled side by side on first use (:func:`wuji_jax.cache.compile_side_by_side`; the fit, the
     larger, first). For programs whose compilation outweighs their run (``quick_compile_options``):
     on a 2-core CPU the 64-frame solver took 6.0 s from the call to the answer this way against 7.5 s
-    as one program; the run costs one more dispatch. ``sharding``: the rows' sharding of ``args``'
+    as one program; the run costs one more dispatch. Each stage is compiled once per process for its
+    arguments' shapes, whatever it is paired with, and the start is named alike everywhere: where their
+    batches match, :func:`solve` and the dataset runner share its program (and, with the same fit,
+    both), in a process and in the compilation cache. ``sharding``: the rows' sharding of ``args``'
     landmarks (the start's outputs are split the same way). Returns a callable of arguments shaped
     like ``args``."""
     hand, landmarks, _, _, config = args
     spec = start_spec(hand, landmarks, config, sharding)
     leaves, tree = jax.tree_util.tree_flatten(args)  # the structure holds the config's static fields
-    key = (start, fit, name, str(tree), tuple((x.shape, str(x.dtype), bool(getattr(x, "weak_type", False)),
-                                              str(getattr(x, "sharding", None))) for x in leaves),
-           repr(sorted((compiler_options or {}).items())))
-    if key not in _STAGED:  # the compiled programs, called directly (JAX's ahead-of-time API)
-        second, first = compile_side_by_side(
-            (lambda: cached_program(fit, name + "_fit", *args, spec, compiler_options=compiler_options), args + (spec,)),
-            (lambda: cached_program(start, name + "_start", *args, compiler_options=compiler_options), args))
-        _STAGED[key] = first, second
-    first, second = _STAGED[key]
+    # arrays on the default device and numpy arrays share a program, as in cached_program
+    shapes = tuple((x.shape, str(x.dtype), bool(getattr(x, "weak_type", False)), str(array_sharding(x)))
+                   for x in leaves)
+    stages = ((fit, name + "_fit", args + (spec,)), (start, "solve_start", args))
+    keys = [(fn, program, str(tree), shapes, repr(sorted((compiler_options or {}).items()))) for fn, program, _ in stages]
+    todo = [(key, stage) for key, stage in zip(keys, stages) if key not in _STAGES]
+    if todo:  # the compiled programs, called directly (JAX's ahead-of-time API)
+        made = compile_side_by_side(*((functools.partial(cached_program, fn, program, *a, compiler_options=compiler_options), a)
+                                      for _, (fn, program, a) in todo))
+        _STAGES.update((key, compiled) for (key, _), compiled in zip(todo, made))
+    second, first = (_STAGES[key] for key in keys)
 
     def run(*a):
         return second(*a, first(*a))
@@ -611,15 +616,12 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = No
     # bucket's size is compiled quickly (its compilation outweighs its run, wuji_jax.cache), as two
     # programs side by side (staged_program)
     quick = quick_compile_options(platform) if size <= max(BUCKETS) else None
-    if quick:
-        program = staged_program(start_warm if warm else start_cold, _fit_result, "solve_batch", pieces[0], quick)
+    if quick:  # named as the dataset runner's stages (batch._Kernel.staged): the same programs where shapes match
+        staged = staged_program(start_warm if warm else start_cold, fit_chunked, "solve_chunked", pieces[0], quick)
+        program = lambda *a: IKResult(**staged(*a))  # noqa: E731
     else:
         program = cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *pieces[0])
     return _join(tuple(program(*args) for args in pieces), flat, batch)
-
-
-def _fit_result(hand, lm, weights, q0, config, start) -> IKResult:
-    return IKResult(**fit_chunked(hand, lm, weights, q0, config, start))
 
 
 def _solve_cold(hand, lm, weights, q0, config) -> IKResult:
