@@ -5,6 +5,7 @@ import pytest
 
 import wuji_jax as wj
 from seed_table import LOWER, UPPER, reference_keypoints
+from compile_log import compiles
 
 DATA = "/work/shared/data/dexret_human_joint_right.npy"
 
@@ -78,7 +79,9 @@ def test_missing_frame_holds_previous_angles(right):
 def test_calibration_lowers_the_residual_on_real_data(right):
     d = np.load(DATA)[::6]  # 104 frames of a real recording: calibrate on 52, solve the other 52
     before = np.median(np.asarray(wj.solve(right, d[1::2]).errors))
-    hand = wj.calibrate(right, d[::2], rounds=2, steps=200)
+    with compiles() as compiled:
+        hand = wj.calibrate(right, d[::2], rounds=2, steps=200)
+    assert sum("jit(_fit)" in m for m in compiled) == 1, compiled  # one program for both rounds
     after = np.median(np.asarray(wj.solve(hand, d[1::2]).errors))
     assert after < 0.65 * before, (before, after)  # 4.5 -> 2.6 mm measured
     # lengths stay near the default (regularised), topology unchanged
