@@ -102,14 +102,14 @@ def calibrate(
     params = calibration_params(hand)
     dt = lm.dtype
     priors = tuple(jnp.asarray(v, dt) for v in (length_prior, palm_prior, rotation_prior))
-    for i in range(rounds):
+    for _ in range(rounds):
         r = solve(apply_calibration(hand, params), lm, w, config, check_units=False)
-        if i == 0 and len(r.angles.devices()) == 1:
-            # committed to the angles' device, as the parameters _fit returns are: uncommitted ones in
-            # the first round made JAX compile _fit again for the second (3.9 s on a 2-core CPU)
-            params = jax.device_put(params, next(iter(r.angles.devices())))
         params = _fit(hand, params, r.angles, r.rotation, r.translation, r.scale, lm, w, config, priors,
                       jnp.asarray(learning_rate, dt), steps=int(steps))
+        # on the host, as in the first round: the parameters _fit returns sit on a device, and called
+        # with them JAX compiled _fit again for the second round (3.9 s on a 2-core CPU); the model
+        # returned is not tied to a device either (it may be used on several)
+        params = jax.tree_util.tree_map(np.asarray, params)
     return apply_calibration(hand, params)
 
 
