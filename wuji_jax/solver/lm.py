@@ -117,7 +117,8 @@ class Variables(NamedTuple):
 class LMState(NamedTuple):
     """The loop's carry: the variables with their keypoints ``kp (3, K, G, B)``, link Jacobian ``J``
     and ``cost (B,)``; damping ``lam (B,)`` and its rejection factor ``nu (B,)``; per frame the
-    iterations run, whether it converged and whether it is still ``active``; the iteration ``i``."""
+    iterations run, whether it converged and whether it is still ``active``; the loop's count ``i``
+    (0: the start's evaluation, then the LM iterations 1, 2, …; see :func:`step`)."""
 
     x: Variables
     kp: jax.Array
