@@ -314,16 +314,17 @@ def _most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | No
     camera, a folder of images, a video without a stated count)."""
     most = 0
     for f, c in zip(files, counts):
-        if c is None and isinstance(f, (str, os.PathLike)) and not os.path.lexists(f):
-            c = 0
-        if c is None and isinstance(f, (str, os.PathLike)) and Path(f).is_file():
-            ext = Path(f).suffix.lower()
-            per = _MIN_FRAME_BYTES.get(ext)
-            try:
-                c = os.stat(f).st_size // per if per else (_stated_video_frames(f) if ext in wio.VIDEO_EXTENSIONS
-                                                           else None)
-            except OSError:
-                c = None
+        if c is None and isinstance(f, (str, os.PathLike)):
+            if not os.path.lexists(f):
+                c = 0
+            elif Path(f).is_file():
+                ext = Path(f).suffix.lower()
+                per = _MIN_FRAME_BYTES.get(ext)
+                try:
+                    c = os.stat(f).st_size // per if per else (_stated_video_frames(f) if ext in wio.VIDEO_EXTENSIONS
+                                                               else None)
+                except OSError:
+                    c = None
         if c is None:
             return None
         most += c
