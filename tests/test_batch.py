@@ -384,6 +384,41 @@ def test_a_fresh_run_writes_its_table_while_solving(tmp_path, world, monkeypatch
     assert not (tmp_path / "o.parquet.parts").exists() and not list(tmp_path.glob(".o.parquet*"))
 
 
+def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_the_caller(tmp_path, world,
+                                                                                         monkeypatch):
+    """A fresh run of known size starts making its solver program (compiling it, or reading it from
+    the compilation cache) in a thread of its own before it hashes its inputs, and starts the writers'
+    imports only once the program is lowered; the program is the same for both hands. A failure while
+    making it reaches the caller as the run's error, with nothing left behind."""
+    import threading
+
+    events = []
+    real_hash, real_program, real_imports = batch._content_hash, batch._Kernel.program, batch._import_writers
+
+    def program(self, inspire, args, lowered_hook=None):
+        events.append(("program", threading.current_thread().name))
+        return real_program(self, inspire, args, lowered_hook and (lambda: events.append(("lowered",)) or lowered_hook()))
+
+    monkeypatch.setattr(batch, "_content_hash", lambda path: events.append(("hash",)) or real_hash(path))
+    monkeypatch.setattr(batch._Kernel, "program", program)
+    monkeypatch.setattr(batch, "_import_writers", lambda *a: events.append(("imports",)) or real_imports(*a))
+    left = _npy(tmp_path / "l.npy", world[:70] * np.array([-1.0, 1.0, 1.0]))  # a left hand (mirrored)
+    s = batch.solve_dataset(left, tmp_path / "l.parquet", side="auto", **FAST)
+    assert s["frames"] == 70 and s["valid"] == 70
+    assert set(pd.read_parquet(tmp_path / "l.parquet")["side"]) == {"left"}
+    assert events.index(("program", "wuji_jax-program")) < events.index(("hash",))
+    assert events.index(("lowered",)) < events.index(("imports",))
+    assert all(e[0] != "program" or e[1] != "wuji_jax-program" for e in events[events.index(("hash",)):])
+
+    def broken(self, inspire, args, lowered_hook=None):
+        raise ValueError("no program today")
+
+    monkeypatch.setattr(batch._Kernel, "program", broken)
+    with pytest.raises(ValueError, match="no program today"):
+        batch.solve_dataset(_npy(tmp_path / "a.npy", world[:70]), tmp_path / "a.parquet", **FAST)
+    assert not (tmp_path / "a.parquet.parts").exists() and not (tmp_path / "a.parquet").exists()
+
+
 def test_side_auto_per_file(tmp_path, world):
     right = _npy(tmp_path / "r.npy", world[:100])
     left = _npy(tmp_path / "l.npy", world[100:150] * np.array([-1.0, 1.0, 1.0]))  # mirrored: a left hand
