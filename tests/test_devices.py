@@ -97,9 +97,9 @@ def test_chunk_and_bucket_sizes_per_platform():
     ACCELERATOR_CHUNK_FRAMES, with smaller batches padded to a power of two (few programs, ≤ 2× work)."""
     from wuji_jax.solver import api
 
-    assert api.chunk_frames("cpu") == api.CHUNK_FRAMES == 256
+    assert api.chunk_frames("cpu") == api.CHUNK_FRAMES == 128
     assert api.chunk_frames("gpu") == api.chunk_frames("tpu") == api.ACCELERATOR_CHUNK_FRAMES == 65536
     cpu, gpu = api.chunk_frames("cpu"), api.chunk_frames("gpu")
-    assert [api._bucket(n, cpu) for n in (1, 64, 65, 256, 257, 10_000)] == [64, 64, 256, 256, 512, 10_240]
+    assert [api._bucket(n, cpu) for n in (1, 64, 65, 128, 129, 10_000)] == [64, 64, 128, 128, 256, 10_112]
     assert [api._bucket(n, gpu) for n in (1, 64, 65, 300, 1000, 65_536, 65_537, 10**6)] == \
-        [64, 64, 256, 512, 1024, 65_536, 131_072, 16 * 65_536]
+        [64, 64, 128, 512, 1024, 65_536, 131_072, 16 * 65_536]

@@ -17,10 +17,10 @@ How a run is laid out
   The last batch is padded with NaN rows, which the solver flags (too few landmarks) and which are
   dropped. Each device solves its rows of a batch in chunks of ``wuji_jax.solver.CHUNK_FRAMES``
   frames, as :func:`wuji_jax.solve` does. ``batch_size`` defaults to the whole chunk, except for a
-  small job on CPU (at most ``QUICK_JOB_FRAMES`` frames): one solver chunk per device (512 rows on 2
+  small job on CPU (at most ``QUICK_JOB_FRAMES`` frames): one solver chunk per device (256 rows on 2
   CPU devices), a kernel without a loop over chunks, which compiles in less time (``wuji-jax solve``
-  on the bundled sample with an empty cache: 11.6 s with batches of 1024 rows, two chunks per
-  device). On a big job the loop costs less than the kernel calls it saves (``_default_batch``).
+  on the bundled sample with an empty cache, chunks of 256 frames: 11.6 s with batches of 1024 rows,
+  two chunks per device). On a big job the loop costs less than the kernel calls it saves (``_default_batch``).
 * Every finished chunk goes to ``<out>.parts/chunk_<start>.npz`` (written to a temporary name,
   then renamed, so a part is whole or absent). ``<out>.parts/manifest.json`` records the input's
   identity (paths, sizes, modification times, chunk size, side, solver configuration, dtype) and
@@ -853,7 +853,7 @@ def solve_dataset(
         on_error: ``"raise"`` stops at the first bad file; ``"skip"`` records it and goes on.
         config: a :class:`~wuji_jax.solver.SolverConfig` (``iterations`` overrides its count).
         batch_size: rows per kernel call (rounded up to a multiple of the device count); default
-            the whole chunk, or ``CHUNK_FRAMES`` (256) per device for a job of at most
+            the whole chunk, or ``CHUNK_FRAMES`` (128) per device for a job of at most
             :data:`QUICK_JOB_FRAMES` frames on CPU.
         check_units: reject a file whose first frames do not look like metres.
         fps: frame rate for files without timestamps (else their timestamps are NaN).

@@ -52,8 +52,10 @@ __all__ = ["solve", "solve_rows", "solve_chunked", "Start", "start_rows", "fit_r
 
 #: frames solved at a time on one device; bigger batches loop over chunks of this size: the LM state
 #: of a chunk stays in the CPU's caches, and each chunk's loop stops when its own frames have converged.
-#: 16,384 real frames on 2 CPU devices (``wj.solve``): 23.4k frames/s with chunks of 256, 8.2k with 2048
-CHUNK_FRAMES = 256
+#: 16,384 real frames on 2 CPU devices (``wj.solve`` + ``to_inspire``, 2-core AMD EPYC, medians of 9):
+#: 137-142k frames/s with chunks of 128, 137k with 64, 127-132k with 256, 101k with 512, 65k with 1024
+#: (the results are the same, bit for bit: a frame's fit does not depend on the frames beside it)
+CHUNK_FRAMES = 128
 #: frames solved at a time on one accelerator (GPU, TPU): large enough to fill the device. Measured on
 #: an H200 at 2^20 real frames (``benchmarks/bench_gpu.py``): 4.24M frames/s with chunks of 65,536,
 #: 4.21M with 32,768, 3.64M with 16,384, 3.71M with 131,072, 3.17M with the whole batch as one chunk.
