@@ -69,7 +69,7 @@ from ..chains import ChainParams, Chains, coupled_rows, fk, link_angles, variabl
 from ..model import HandModel
 from .config import SolverConfig
 
-__all__ = ["REF", "DERIVATIVE_STEPS", "REDUCE_DERIVATIVE_FRAMES", "Structure", "Problem", "Variables", "LMState", "cost", "normal_equations", "gauss_newton_step", "step",
+__all__ = ["REF", "DERIVATIVE_STEPS", "REDUCE_DERIVATIVE_FRAMES", "Structure", "Problem", "Variables", "LMState", "evaluate", "cost", "normal_equations", "gauss_newton_step", "step",
            "minimise", "chol_solve", "huber"]
 
 REF = 0.01  #: metres: residuals are measured in units of 1 cm inside the solver
@@ -115,8 +115,8 @@ class Variables(NamedTuple):
 
 
 class LMState(NamedTuple):
-    """The loop's carry: the variables with their keypoints ``kp (3, K, G, B)``, link Jacobian ``J``
-    and ``cost (B,)``; damping ``lam (B,)`` and its rejection factor ``nu (B,)``; per frame the
+    """The loop's carry: the variables with their keypoints ``kp (3, K, G, B)``, Jacobian ``J``
+    (d keypoint / d variable, ``(3, K, V, G, B)``, :func:`evaluate`) and ``cost (B,)``; damping ``lam (B,)`` and its rejection factor ``nu (B,)``; per frame the
     iterations run, whether it converged and whether it is still ``active``; the loop's count ``i``
     (0: the start's evaluation, then the LM iterations 1, 2, …; see :func:`step`)."""
 
@@ -153,6 +153,15 @@ def _coupled(hand, x: Variables, soft: bool):
 def keypoints(hand, st: Structure, params: ChainParams, x: Variables, jacobian: bool):
     """The chains' keypoints (and link Jacobian) at ``x``."""
     return fk(params, st.ch, link_angles(st.ch, x.q, _coupled(hand, x, st.soft)), jacobian)
+
+
+def evaluate(hand, st: Structure, params: ChainParams, x: Variables):
+    """The chains' keypoints ``kp (3, K, G, B)`` at ``x`` and their derivatives in the solver's
+    variables ``J (3, K, V, G, B)`` (:func:`wuji_jax.chains.variable_jacobian`): what an LM step
+    needs of the model. The loop carries this Jacobian rather than the link Jacobian
+    ``(3, K, D, G, B)``: ``V`` = 4 variables per chain against ``D`` = 7 links."""
+    kp, J = keypoints(hand, st, params, x, True)
+    return kp, variable_jacobian(hand, st.ch, J, x.q, st.soft)
 
 
 def _residuals(x: Variables, kp, prob: Problem):
@@ -224,7 +233,8 @@ def chol_solve(A, b, one=None):
 
 
 def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cfg: SolverConfig):
-    """The Gauss–Newton system at ``x``, with IRLS weights for the Huber loss and the penalties.
+    """The Gauss–Newton system at ``x`` (keypoints ``kp`` and Jacobian ``J`` there: :func:`evaluate`),
+    with IRLS weights for the Huber loss and the penalties.
 
     Returns:
         ``A (V, V, G, B)`` finger blocks, ``Bm (V, 7, G, B)`` their couplings to the pose
@@ -238,7 +248,7 @@ def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cf
     delta = cfg.huber_delta / REF
     W = prob.w * huber(geo.dot(e, e), delta)[1]  # (K, G, B)
     W0 = prob.w_root * huber(geo.dot(z0, z0), delta)[1]  # (r, B)
-    Jq = variable_jacobian(hand, ch, J, x.q, st.soft) * (jnp.exp(x.logs) / REF)  # (3, K, V, G, B)
+    Jq = J * (jnp.exp(x.logs) / REF)  # (3, K, V, G, B)
     V, KG, r = ch.V, ch.K * ch.G, z0.shape[1]
     # d e / d(φ, δ, σ) = (−[z]×, I, u): the products with the pose columns in closed form
     WJ = W[:, None] * Jq
@@ -290,7 +300,9 @@ def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cf
     # (Bertsekas' projected Newton): its row and column leave the system, its step is 0
     gq = _stored(gq, prob.one)  # (its sums would be recomputed in every consumer of the mask below)
     held = (is_joint > 0) & (((xv >= hi) & (gq < 0)) | ((xv <= lo) & (gq > 0)))  # (V, G, B)
-    free = jnp.where(held, 0.0, 1.0).astype(kp.dtype)
+    # stored: fused into each of its consumers (A, Bm, gq), the mask and the gathers before it were
+    # recomputed per element (normal_equations alone, 128 frames: 3.09 µs a frame so, 1.39 stored)
+    free = _stored(jnp.where(held, 0.0, 1.0).astype(kp.dtype), prob.one)
     A = A * free[:, None] * free[None] + jnp.eye(V, dtype=kp.dtype)[:, :, None, None] * (1 - free)[None]
     return A, Bm * free[:, None], C, gq * free, gp
 
@@ -347,7 +359,7 @@ def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverCon
     x_new, pred = jax.lax.cond(first, lambda _: (s.x, jnp.zeros_like(s.cost)), move, None)
     keep = lambda a: _stored(a, prob.one)  # noqa: E731 (each used by the cost and by the selection below)
     x_new = jax.tree_util.tree_map(keep, x_new)
-    kp_new, J_new = map(keep, keypoints(hand, st, params, x_new, True))
+    kp_new, J_new = map(keep, evaluate(hand, st, params, x_new))
     cost_new = _stored(cost(hand, x_new, kp_new, prob, cfg, st.soft), prob.one)
     gain = (s.cost - cost_new) / jnp.maximum(pred, 1e-30)
     ok = first | (s.active & jnp.isfinite(cost_new) & (cost_new < s.cost))
@@ -368,7 +380,7 @@ def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverCon
 def _loop(st: Structure, theta, x0: Variables, active):
     hand, params, prob, cfg = theta
     x0 = x0._replace(q=jnp.clip(x0.q, hand.lower[:, None], hand.upper[:, None]))  # LM stays within the limits
-    kp, J = jax.eval_shape(lambda: keypoints(hand, st, params, x0, True))  # evaluated by iteration 0 (step)
+    kp, J = jax.eval_shape(lambda: evaluate(hand, st, params, x0))  # evaluated by iteration 0 (step)
     B, dtype = x0.logs.shape[-1], x0.logs.dtype
     s = LMState(x=x0, kp=jnp.zeros(kp.shape, kp.dtype), J=jnp.zeros(J.shape, J.dtype),
                 cost=jnp.full((B,), jnp.inf, dtype), lam=jnp.full((B,), cfg.damping, dtype),
@@ -395,7 +407,7 @@ def _minimise_jvp(st, primals, tangents):
         hand, params, prob, cfg = theta
 
         def gn(_, xi):
-            kp, J = keypoints(hand, st, params, xi, True)
+            kp, J = evaluate(hand, st, params, xi)
             A, Bm, C, gq, gp = normal_equations(hand, st, xi, kp, J, prob, cfg)
             # the matrix as a constant: its derivative multiplies the gradient, which is 0 at the optimum
             A, Bm, C = (jax.lax.stop_gradient(a) for a in (A, Bm, C))
