@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax.chains import chain_params, chains_of, coupled_rows, fk, link_angles, variable_jacobian
+from wuji_jax.chains import chain_params, chains_of, coupled_rows, fk, fk_variables, link_angles
 from seed_table import LOWER, UPPER, reference_keypoints
 
 B = 48
@@ -20,8 +20,9 @@ B = 48
 @pytest.mark.parametrize("soft", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fk_jacobian_matches_jacfwd(side, soft, dtype):
-    """d keypoint / d variable from the geometric Jacobian (chains.fk + variable_jacobian) against
-    jax.jacfwd of the same forward kinematics, with a screw-home law that has a cross term."""
+    """d keypoint / d variable from the geometric Jacobian (chains.fk_variables, the solver's; and
+    chains.fk's link Jacobian, column by column) against jax.jacfwd of the same forward kinematics,
+    with a screw-home law that has a cross term."""
     hand = wj.load_hand(side).with_coupling(k_flex=0.3, k_abd=0.15, k_cross=0.4).astype(dtype)
     ch = chains_of(hand, soft)
     params = chain_params(hand, ch)
@@ -36,10 +37,12 @@ def test_fk_jacobian_matches_jacfwd(side, soft, dtype):
 
     @jax.jit  # one program each (op by op, the two sides compiled ~500 small programs)
     def geometric(q, rot, hand, params):
-        _, J = fk(params, ch, link_angles(ch, q, rot), jacobian=True)
-        return variable_jacobian(hand, ch, J, q, soft)
+        kp, Jv = fk_variables(hand, params, ch, q, rot if soft else coupled_rows(hand, q), soft)
+        kp_link, J = fk(params, ch, link_angles(ch, q, rot), jacobian=True)
+        return Jv, kp - kp_link, J
 
-    Jv = np.asarray(geometric(q, rot, hand, params))  # (3, K, V, G, B)
+    Jv, dkp, J = (np.asarray(a) for a in geometric(q, rot, hand, params))  # (3, K, V, G, B), …, (3, K, D, G, B)
+    assert np.abs(dkp).max() == 0
     autodiff = jax.jit(jax.vmap(jax.jacfwd(kp_of, argnums=(0, 1)), in_axes=(1, 1, None, None)))  # frame b first
     jqs, jrs = (np.asarray(a) for a in autodiff(q, rot, hand, params))
     for b in range(3):
@@ -53,6 +56,8 @@ def test_fk_jacobian_matches_jacfwd(side, soft, dtype):
                 expect = jq[:, :, g, j]
                 tol = 2e-5 if dtype == np.float32 else 1e-12
                 np.testing.assert_allclose(Jv[:, :, v, g, b], expect, atol=tol, err_msg=f"{side} soft={soft} g={g} v={v}")
+                if soft or j < ch.n and all(j not in src for src in hand.mimic_sources):  # one link's column
+                    np.testing.assert_allclose(J[:, :, ch.var_depth[g, v], g, b], expect, atol=tol)
         # the columns of other fingers' joints are zero in this finger's rows (the arrow structure)
         for g in range(ch.G):
             others = [j for j in range(ch.n + (ch.M if soft else 0)) if j not in set(ch.var[g])]

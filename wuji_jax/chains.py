@@ -29,7 +29,7 @@ from . import geometry as geo
 from .model import ACTIVE, MIMIC, HandModel
 
 __all__ = ["Chains", "ChainParams", "chains_of", "chain_params", "link_angles", "coupled_rows", "fk",
-           "variable_jacobian", "keypoints21"]
+           "fk_variables", "keypoints21"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: one object per topology (cached)
@@ -270,6 +270,35 @@ def link_angles(ch: Chains, q, rot):
     return ext[ch.angle.T]
 
 
+def _walk(params: ChainParams, ch: Chains, ang, axes: bool):
+    """Link origins ``[(3, G, B)] * D`` in the wrist frame, and with ``axes`` the joint axes there
+    (zero at links without a joint), from link angles ``ang (D, G, B)``."""
+    B = ang.shape[-1]
+    s, c = geo.sincos(ang)
+    pos, axs = [], []
+    R = None
+    for d in range(ch.D):
+        xyz = params.xyz[:, d, :, None]
+        p = xyz if R is None else p + geo.matvec(R, xyz)
+        pos.append(jnp.broadcast_to(p, (3, ch.G, B)))
+        O, Oa = params.O[:, :, d, :, None], params.Oa[:, d, :, None]
+        if ch.has_joint[d]:
+            M = O + s[d] * params.C1[:, :, d, :, None] + (1 - c[d]) * params.C2[:, :, d, :, None]
+            if axes:
+                axs.append(jnp.broadcast_to(Oa if R is None else geo.matvec(R, Oa), (3, ch.G, B)))
+        else:
+            M = O
+            if axes:
+                axs.append(jnp.zeros((3, ch.G, B), ang.dtype))
+        R = M if R is None else geo.matmul(R, M)  # no product with the identity at the root
+    return pos, axs
+
+
+def _keypoints(ch: Chains, pos):
+    B = pos[0].shape[-1]
+    return jnp.stack(pos, axis=1).reshape(3, ch.D * ch.G, B)[:, ch.kp_flat].reshape(3, ch.K, ch.G, B)
+
+
 def fk(params: ChainParams, ch: Chains, ang, jacobian: bool = True):
     """Forward kinematics of all chains at link angles ``ang (D, G, B)``.
 
@@ -279,49 +308,48 @@ def fk(params: ChainParams, ch: Chains, ang, jacobian: bool = True):
         axis × the lever arm; zero for links after the keypoint and for links without a joint),
         else ``None``.
     """
-    B = ang.shape[-1]
-    s, c = geo.sincos(ang)
-    pos, axes = [], []
-    R = None
-    for d in range(ch.D):
-        xyz = params.xyz[:, d, :, None]
-        p = xyz if R is None else p + geo.matvec(R, xyz)
-        pos.append(jnp.broadcast_to(p, (3, ch.G, B)))
-        O, Oa = params.O[:, :, d, :, None], params.Oa[:, d, :, None]
-        if ch.has_joint[d]:
-            M = O + s[d] * params.C1[:, :, d, :, None] + (1 - c[d]) * params.C2[:, :, d, :, None]
-            axes.append(jnp.broadcast_to(Oa if R is None else geo.matvec(R, Oa), (3, ch.G, B)))
-        else:
-            M = O
-            axes.append(jnp.zeros((3, ch.G, B), ang.dtype))
-        R = M if R is None else geo.matmul(R, M)  # no product with the identity at the root
-    P = jnp.stack(pos, axis=1)  # (3, D, G, B)
-    kp = P.reshape(3, ch.D * ch.G, B)[:, ch.kp_flat].reshape(3, ch.K, ch.G, B)
+    pos, axs = _walk(params, ch, ang, jacobian)
+    kp = _keypoints(ch, pos)
     if not jacobian:
         return kp, None
-    A = jnp.stack(axes, axis=1)  # (3, D, G, B) joint axes in the wrist frame
+    P, A = jnp.stack(pos, axis=1), jnp.stack(axs, axis=1)  # (3, D, G, B): origins and joint axes
     J = geo.cross(A[:, None], kp[:, :, None] - P[:, None])  # (3, K, D, G, B)
     return kp, J * jnp.asarray(ch.before, ang.dtype)[..., None]
 
 
-def variable_jacobian(hand: HandModel, ch: Chains, J, q, soft: bool):
-    """d keypoint / d solver variable ``(3, K, V, G, B)`` from the link Jacobian ``J (3, K, D, G, B)``
-    (:func:`fk`): each variable reads its joint's column; under hard coupling (``soft=False``) the
-    coupled joint's column is added to its sources' with the law's derivatives at ``q (n, B)``."""
-    B = J.shape[-1]
-    flat = jnp.concatenate([J.reshape(3, ch.K, ch.D * ch.G, B), jnp.zeros((3, ch.K, 1, B), J.dtype)], 2)
-    Jv = flat[:, :, ch.var_flat].reshape(3, ch.K, ch.V, ch.G, B)
+def fk_variables(hand: HandModel, params: ChainParams, ch: Chains, q, rot, soft: bool):
+    """Forward kinematics with the Jacobian in the solver's variables: the keypoints
+    ``kp (3, K, G, B)`` and ``J (3, K, V, G, B)`` = d keypoint / d variable at the angles
+    ``q (n, B)``, ``rot (M, B)`` (under hard coupling ``rot`` must be the law's,
+    :func:`coupled_rows`). Each variable's column is its joint's column of :func:`fk`'s link
+    Jacobian, and only those are made (``V`` = 4 per chain against ``D`` = 7 links); under hard
+    coupling (``soft=False``) the coupled joint's column is added to its sources' with the law's
+    derivatives."""
+    pos, axs = _walk(params, ch, link_angles(ch, q, rot), True)
+    kp = _keypoints(ch, pos)
+    B = kp.shape[-1]
+    vd = ch.var_depth
+    if (vd >= 0).all() and (vd == vd[0]).all():  # the same joint depths in every chain: no gather
+        Pv = jnp.stack([pos[d] for d in vd[0]], axis=1)
+        Av = jnp.stack([axs[d] for d in vd[0]], axis=1)  # (3, V, G, B)
+    else:
+        flat = lambda xs: jnp.concatenate([jnp.stack(xs, 1).reshape(3, ch.D * ch.G, B),  # noqa: E731
+                                           jnp.zeros((3, 1, B), kp.dtype)], 1)[:, ch.var_flat].reshape(3, ch.V, ch.G, B)
+        Pv, Av = flat(pos), flat(axs)  # padding variables: zero axis, zero column
+    live = (vd.T[None] < ch.kp_depth.T[:, None]) & (vd.T[None] >= 0)  # (K, V, G)
+    Jv = geo.cross(Av[:, None], kp[:, :, None] - Pv[:, None]) * jnp.asarray(live, kp.dtype)[..., None]
     if soft:
-        return Jv
+        return kp, Jv
     k = hand.coupling.astype(q.dtype)
     for m, (src, sec) in enumerate(hand.mimic_sources):
         g, dm = ch.mimic_pos[m]
-        col = J[:, :, dm, g][:, :, None, None]  # (3, K, 1, 1, B)
+        col = geo.cross(axs[dm][:, g, None], kp[:, :, g] - pos[dm][:, g, None])  # (3, K, B)
+        col = (col * jnp.asarray(ch.before[:, dm, g], kp.dtype)[:, None])[:, :, None, None]  # (3, K, 1, 1, B)
         for j, dj in ((src, k[m, 0] + k[m, 2] * q[sec]), (sec, k[m, 1] + k[m, 2] * q[src])):
             hot = np.zeros((ch.V, ch.G))
             hot[ch.var_pos[j][1], ch.var_pos[j][0]] = 1
-            Jv = Jv + jnp.asarray(hot, J.dtype)[..., None] * (dj * col)
-    return Jv
+            Jv = Jv + jnp.asarray(hot, kp.dtype)[..., None] * (dj * col)
+    return kp, Jv
 
 
 def keypoints21(ch: Chains, kp):

@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import geometry as geo
-from ..chains import ChainParams, Chains, coupled_rows, fk, link_angles, variable_jacobian
+from ..chains import ChainParams, Chains, coupled_rows, fk, fk_variables, link_angles
 from ..model import HandModel
 from .config import SolverConfig
 
@@ -157,11 +157,10 @@ def keypoints(hand, st: Structure, params: ChainParams, x: Variables, jacobian: 
 
 def evaluate(hand, st: Structure, params: ChainParams, x: Variables):
     """The chains' keypoints ``kp (3, K, G, B)`` at ``x`` and their derivatives in the solver's
-    variables ``J (3, K, V, G, B)`` (:func:`wuji_jax.chains.variable_jacobian`): what an LM step
-    needs of the model. The loop carries this Jacobian rather than the link Jacobian
-    ``(3, K, D, G, B)``: ``V`` = 4 variables per chain against ``D`` = 7 links."""
-    kp, J = keypoints(hand, st, params, x, True)
-    return kp, variable_jacobian(hand, st.ch, J, x.q, st.soft)
+    variables ``J (3, K, V, G, B)`` (:func:`wuji_jax.chains.fk_variables`): what an LM step needs
+    of the model. The loop carries this Jacobian rather than the link Jacobian ``(3, K, D, G, B)``:
+    ``V`` = 4 variables per chain against ``D`` = 7 links."""
+    return fk_variables(hand, params, st.ch, x.q, _coupled(hand, x, st.soft), st.soft)
 
 
 def _residuals(x: Variables, kp, prob: Problem):
