@@ -155,7 +155,7 @@ def test_text_files_are_bounded_by_their_size(tmp_path, world):
         assert 50 <= batch._most_frames([f], [None]) <= 60  # (the header: a few frames more)
     real = batch._most_frames([tmp_path / "real.csv"], [None])
     assert 70 <= real <= batch.QUICK_JOB_FRAMES and batch._quick_job(real)
-    assert batch._default_batch(4096, "cpu", 2, real) == 512  # a small job's batch: one solver chunk per device
+    assert batch._default_batch(4096, "cpu", 2, real) == 2 * wj.solver.CHUNK_FRAMES  # a small job: one chunk per device
     assert batch._most_frames([tmp_path / "real.csv", tmp_path / "b.npy"], [None, 10]) == real + 10
     # a missing file solves nothing (it fails when its turn comes); a folder of images has no count
     assert batch._most_frames([tmp_path / "missing.npy", tmp_path / "b.npy"], [None, 10]) == 10

@@ -336,7 +336,8 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
         with pytest.raises(Stop):
             api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
     # the bucket is compiled as two programs (staged_program), the fit (the larger) first
-    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}), 256: ("solve_batch", None)}
+    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}),
+                    api.CHUNK_FRAMES: ("solve_batch", None)}
 
     # FrameSolver compiles with the options it is given: an unknown one fails, naming it
     monkeypatch.setattr(realtime, "quick_compile_options", lambda platform: {"xla_wuji_no_such_option": True})
