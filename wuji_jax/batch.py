@@ -478,10 +478,15 @@ class _Kernel:
         self._hands: dict[str, tuple] = {}
         self._loading: tuple | None = None  # the thread making the program (preload) and its errors
 
+    def _shape_key(self) -> tuple:
+        """What the compiled program depends on besides the hand's values: rows, dtype, devices, the
+        config's static fields and the compile options."""
+        return (self.batch, self.dtype.name, tuple(self.devices), self.config.static(), repr(self.options))
+
     def first_use(self, side: str) -> bool:
         """Whether this process has not run the kernel for ``side`` at this shape yet (then the call
         compiles it, or loads it from the persistent cache)."""
-        key = (side, self.batch, self.dtype.name, tuple(self.devices), self.config.static(), repr(self.options))
+        key = (side,) + self._shape_key()
         fresh = key not in _USED
         _USED.add(key)
         return fresh
@@ -535,7 +540,7 @@ class _Kernel:
         """The compiled solver for arguments shaped like ``args`` (the batch's shapes never change: made
         once per process and configuration), compiled or read from the persistent compilation cache.
         ``lowered_hook`` is called once its Python part (tracing, lowering) is done."""
-        key = (inspire, self.batch, self.dtype.name, tuple(self.devices), self.config.static(), repr(self.options))
+        key = (inspire,) + self._shape_key()
         if key not in _PROGRAMS:
             name = "solve_inspire" if inspire else "solve_chunked"
             if self.options:  # a quick job: its two stages, each lowered and compiled in threads of their own

@@ -90,6 +90,13 @@ class Chains:
         return (d < self.kp_depth.T[:, None, :]).astype(np.float64)
 
     @functools.cached_property
+    def var_before(self) -> np.ndarray:
+        """``(K, V, G)`` 1 where variable ``v``'s joint moves keypoint ``k`` of chain ``g`` (0 for
+        padding variables): :attr:`before` read at the variables' depths."""
+        vd = self.var_depth.T[None]  # (1, V, G)
+        return ((vd < self.kp_depth.T[:, None]) & (vd >= 0)).astype(np.float64)
+
+    @functools.cached_property
     def var_flat(self) -> np.ndarray:
         """``(V·G,)`` column of each variable slot (v-major) in Jacobians reshaped ``(3, K, D·G + 1, B)``
         (the last column: zero, for padding variables)."""
@@ -336,8 +343,7 @@ def fk_variables(hand: HandModel, params: ChainParams, ch: Chains, q, rot, soft:
         flat = lambda xs: jnp.concatenate([jnp.stack(xs, 1).reshape(3, ch.D * ch.G, B),  # noqa: E731
                                            jnp.zeros((3, 1, B), kp.dtype)], 1)[:, ch.var_flat].reshape(3, ch.V, ch.G, B)
         Pv, Av = flat(pos), flat(axs)  # padding variables: zero axis, zero column
-    live = (vd.T[None] < ch.kp_depth.T[:, None]) & (vd.T[None] >= 0)  # (K, V, G)
-    Jv = geo.cross(Av[:, None], kp[:, :, None] - Pv[:, None]) * jnp.asarray(live, kp.dtype)[..., None]
+    Jv = geo.cross(Av[:, None], kp[:, :, None] - Pv[:, None]) * jnp.asarray(ch.var_before, kp.dtype)[..., None]
     if soft:
         return kp, Jv
     k = hand.coupling.astype(q.dtype)

@@ -173,7 +173,7 @@ def start_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     if warm is not False:  # static False (no warm start): nothing to compare, nothing compiled
         prob = _problem(hand, ch, f.y, f.w, f.q0, soft)
         x0 = x._replace(q=f.q0, rot=prob.rot_prior)
-        c0, ca = (cost(hand, v, keypoints(hand, st, params, v, False)[0], prob, config, soft) for v in (x0, x))
+        c0, ca = (cost(hand, v, keypoints(hand, st, params, v), prob, config, soft) for v in (x0, x))
         x = jax.tree_util.tree_map(lambda a, b: jnp.where(warm & (c0 < ca), a, b), x0, x)
     return Start(q=x.q.T, rot=x.rot.T if soft else None, R=jnp.moveaxis(x.R, -1, 0), t=x.t.T, logs=x.logs, det=det)
 
@@ -201,7 +201,7 @@ def fit_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, star
     rot = keep(jnp.clip(x.rot, hand.mimic_lower[:, None], hand.mimic_upper[:, None]), coupled_rows(hand, q)) \
         if soft else coupled_rows(hand, q)
     x = Variables(q, rot if soft else empty, keep(x.R, eye), keep(x.t, 0.0), keep(x.logs, 0.0))
-    kp, _ = keypoints(hand, st, params, x, False)
+    kp = keypoints(hand, st, params, x)
     c = cost(hand, x, kp, prob, config, soft)
     s = jnp.exp(x.logs)
     fit = s * geo.matvec(x.R, keypoints21(ch, kp)) + x.t[:, None]  # (3, 21, B)
@@ -713,7 +713,7 @@ def _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights
     x = Variables(qT, rot if soft else jnp.zeros((0, qT.shape[1]), dtype), jnp.transpose(flat(rotation, (3, 3)), (1, 2, 0)),
                   flat(translation, (3,)).T, flat(log_scale, ()))
     st = Structure(ch, soft)
-    kp, _ = keypoints(hand, st, chain_params(hand, ch), x, False)
+    kp = keypoints(hand, st, chain_params(hand, ch), x)
     return cost(hand, x, kp, prob, config, soft).reshape(batch)
 
 

@@ -116,8 +116,8 @@ class Variables(NamedTuple):
 
 class LMState(NamedTuple):
     """The loop's carry: the variables with their keypoints ``kp (3, K, G, B)``, Jacobian ``J``
-    (d keypoint / d variable, ``(3, K, V, G, B)``, :func:`evaluate`) and ``cost (B,)``; damping ``lam (B,)`` and its rejection factor ``nu (B,)``; per frame the
-    iterations run, whether it converged and whether it is still ``active``; the loop's count ``i``
+    (d keypoint / d variable, ``(3, K, V, G, B)``, :func:`evaluate`) and ``cost (B,)``; damping
+    ``lam (B,)`` and its rejection factor ``nu (B,)``; per frame the iterations run, whether it converged and whether it is still ``active``; the loop's count ``i``
     (0: the start's evaluation, then the LM iterations 1, 2, …; see :func:`step`)."""
 
     x: Variables
@@ -150,9 +150,9 @@ def _coupled(hand, x: Variables, soft: bool):
     return x.rot if soft else coupled_rows(hand, x.q)
 
 
-def keypoints(hand, st: Structure, params: ChainParams, x: Variables, jacobian: bool):
-    """The chains' keypoints (and link Jacobian) at ``x``."""
-    return fk(params, st.ch, link_angles(st.ch, x.q, _coupled(hand, x, st.soft)), jacobian)
+def keypoints(hand, st: Structure, params: ChainParams, x: Variables):
+    """The chains' keypoints ``kp (3, K, G, B)`` at ``x`` (with their Jacobian: :func:`evaluate`)."""
+    return fk(params, st.ch, link_angles(st.ch, x.q, _coupled(hand, x, st.soft)), jacobian=False)[0]
 
 
 def evaluate(hand, st: Structure, params: ChainParams, x: Variables):
