@@ -6,7 +6,7 @@ It exercises the APIs that set the floors: jax.config "jax_num_cpu_devices" (use
 compilation cache options (enable_compilation_cache), jax.tree_util.register_dataclass (HandModel,
 SolverConfig), custom_jvp with float0 tangents (jax.grad through solve), the top-level jax.shard_map
 with check_vma (solve split over two CPU devices), ShapeDtypeStruct(sharding=) + Lowered.compile()
-(FrameSolver), optax.adam's update(..., value=, grad=, value_fn=) (solve_optax), optax in calibrate,
+(FrameSolver), jit(f).trace(...).jaxpr and out_info (the numpy tier), optax.adam's update(..., value=, grad=, value_fn=) (solve_optax), optax in calibrate,
 and the command line (`python -m wuji_jax solve`, NamedSharding over the devices).
 
 The time is XLA compiling, mostly on one core: the checks run in three processes at once (this one,
@@ -130,10 +130,27 @@ def fk():
 def solve():
     q, y = synthetic(8, seed=1)
     res = wj.solve(state["hand"], y)
+    state["first8"] = y, res
     err = np.degrees(np.abs(np.asarray(res.angles) - q))
     assert res.angles.shape == (8, 20) and np.median(err) < 0.05, (res.angles.shape, np.median(err))
     assert np.all(np.asarray(res.valid)), np.asarray(res.flags)
     return f"median error {np.median(err):.4f} deg, max {err.max():.3f} deg"
+
+
+def numpy_tier():
+    """The first wj.solve answered in numpy (its stages' jaxprs: jit(f).trace(...).jaxpr and out_info)
+    while they compiled; the compiled programs give the same fit to float32 rounding."""
+    from wuji_jax import tiered
+    from wuji_jax.solver import api
+
+    stages = [s for s in api._STAGES.values() if isinstance(s, tiered.Tiered)]
+    assert len(stages) == 2 and all(s._numpy_ok for s in stages), "the first wj.solve waited for XLA"
+    for s in stages:
+        s.compiled  # noqa: B018 (waits for the compiled program)
+    y, first = state["first8"]
+    diff = float(np.max(np.abs(np.asarray(wj.solve(state["hand"], y).angles) - np.asarray(first.angles))))
+    assert diff < 1e-4, diff
+    return f"compiled program within {diff:.1e} rad of the numpy answer"
 
 
 def frame_solver():
@@ -207,7 +224,8 @@ def cli():
 
 PARTS = {
     "main": [("use_cpu_cores(2)", devices), ("enable_compilation_cache", cache), ("load_hand", load),
-             ("forward_keypoints (4, 20)", fk), ("solve 8 frames", solve), ("FrameSolver 1 frame", frame_solver),
+             ("forward_keypoints (4, 20)", fk), ("solve 8 frames", solve),
+             ("numpy tier, then compiled", numpy_tier), ("FrameSolver 1 frame", frame_solver),
              ("solve 512 frames, shard_map", split), ("compilation cache written", cache_written),
              ("process: grad, optax", optax_part), ("process: CLI solve -o x.npz", cli)],
     "optax": [("load_hand (second process)", load), ("grad of solve", grad),

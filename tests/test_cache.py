@@ -330,19 +330,38 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
         seen[args[1].shape[0]] = name, compiler_options
         raise Stop
 
+    def record_tiered(fn, *args, compiler_options=None):  # a stage answered in numpy while it compiles
+        seen[args[1].shape[0]] = fn.__name__, compiler_options
+        raise Stop
+
     monkeypatch.setattr(api, "cached_program", record)
+    monkeypatch.setattr(api, "Tiered", record_tiered)
+    monkeypatch.setattr(api, "_STAGES", {})
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
     for frames in (5, 300):
         with pytest.raises(Stop):
             api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
-    # the bucket is compiled as two programs (staged_program), the fit (the larger) first
-    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}),
+    # the bucket is two programs (staged_program), the fit (the larger) first, tiered (wuji_jax.tiered)
+    assert seen == {64: ("fit_chunked", {"xla_cpu_use_fusion_emitters": False}),
                     api.CHUNK_FRAMES: ("solve_batch", None)}
+    seen.clear()
+    monkeypatch.setenv("WUJI_JAX_TIERED", "0")  # without the numpy tier: compiled side by side
+    with pytest.raises(Stop):
+        api._solve_bucketed(right, np.zeros((5, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
+    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False})}
 
-    # FrameSolver compiles with the options it is given: an unknown one fails, naming it
+    # FrameSolver compiles with the options it is given: an unknown one fails, naming it (at once
+    # without the numpy tier; with it, on the first call after the compilation failed)
     monkeypatch.setattr(realtime, "quick_compile_options", lambda platform: {"xla_wuji_no_such_option": True})
+    frame = np.load(batch.sample_landmarks_path())["world"][0].astype(np.float32)
     with pytest.raises(Exception, match="xla_wuji_no_such_option"):
-        wj.FrameSolver(right)(np.load(batch.sample_landmarks_path())["world"][0].astype(np.float32))
+        wj.FrameSolver(right)(frame)
+    monkeypatch.delenv("WUJI_JAX_TIERED")
+    solver = wj.FrameSolver(right)
+    solver(frame)
+    solver._kernels[(False, False)]._thread.join()
+    with pytest.raises(Exception, match="xla_wuji_no_such_option"):
+        solver(frame)
 
     cpu = jax.devices("cpu")[:1]
     assert batch._Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32, quick=True).options == {"xla_cpu_use_fusion_emitters": False}

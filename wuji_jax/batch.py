@@ -579,7 +579,9 @@ class _Kernel:
             except BaseException as e:  # raised by dispatch, in the caller's thread
                 errors.append(e)
 
-        thread = threading.Thread(target=make, name="wuji_jax-program", daemon=True)
+        # not a daemon: a job that fails while XLA compiles waits for it at exit (a daemon thread stopped
+        # inside C++ by the interpreter's teardown aborted the process: "FATAL: exception not rethrown")
+        thread = threading.Thread(target=make, name="wuji_jax-program")
         thread.start()
         self._loading = (thread, errors)
 
@@ -965,7 +967,8 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
     # not after
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
-    imports = threading.Thread(target=_import_writers, args=(plot, parquet), name="wuji_jax-import", daemon=True)
+    # (not a daemon, as _Kernel.preload's thread: a job that fails at once waits for the imports at exit)
+    imports = threading.Thread(target=_import_writers, args=(plot, parquet), name="wuji_jax-import")
     kernel = _Kernel(config, devices, batch_size, dtype, quick=quick)
     if total and not (resume and Path(str(out) + ".parts").exists()):
         # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the

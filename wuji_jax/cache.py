@@ -81,7 +81,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-__all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir", "cached_program",
+__all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir", "cached_program", "program_path",
            "quick_compile_options", "QUICK_CPU_OPTIONS", "compile_side_by_side"]
 
 #: environment variables read by :func:`enable_compilation_cache`
@@ -230,28 +230,22 @@ def cached_program(fn, name: str, *args, compiler_options: dict | None = None):
 
     options = dict(compiler_options or {}) or None
     options_key = repr(sorted((options or {}).items()))
-    folder = compilation_cache_dir()
-    if folder is None:
+    path = program_path(fn, name, *args)
+    if path is None:
         plain = (fn, options_key)
         if plain not in _programs:
             _programs[plain] = jax.jit(fn, compiler_options=options)
         return _programs[plain]
     leaves, tree = jax.tree_util.tree_flatten(args)
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=array_sharding(x)) for x in leaves]
-    ident = repr((name, getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""), str(tree),
-                  [(s.shape, str(s.dtype), str(s.sharding)) for s in specs], jax.__version__,
-                  _jaxlib_version(), bool(jax.config.jax_enable_x64),
-                  [(d.platform, d.device_kind) for d in jax.devices()], _source_digest()))
-    key = f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:40]}"
     # the exported program does not depend on the compiler's options; its compiled call does
-    call_key = (key, options_key)
+    call_key = (path.stem, options_key)
     if call_key in _programs:
         return _programs[call_key]
 
     def flat(*xs):
         return fn(*jax.tree_util.tree_unflatten(tree, xs))
 
-    path = Path(folder) / "programs" / f"{key}.jaxexport"
     exported = None
     try:
         if path.is_file():
@@ -271,6 +265,22 @@ def cached_program(fn, name: str, *args, compiler_options: dict | None = None):
         call = jax.jit(fn, compiler_options=options)
     _programs[call_key] = call
     return call
+
+
+def program_path(fn, name: str, *args) -> Path | None:
+    """Where :func:`cached_program` keeps ``fn``'s exported program for arguments shaped like
+    ``args`` (the file may not exist yet), or None with the compilation cache off."""
+    import jax
+
+    folder = compilation_cache_dir()
+    if folder is None:
+        return None
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    ident = repr((name, getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""), str(tree),
+                  [(x.shape, str(x.dtype), str(array_sharding(x))) for x in leaves], jax.__version__,
+                  _jaxlib_version(), bool(jax.config.jax_enable_x64),
+                  [(d.platform, d.device_kind) for d in jax.devices()], _source_digest()))
+    return Path(folder) / "programs" / f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:40]}.jaxexport"
 
 
 def compile_side_by_side(*calls) -> list:

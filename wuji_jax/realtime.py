@@ -22,6 +22,7 @@ from .landmarks import plainly_metres
 from .model import HandModel
 from .solver import IKResult, SolverConfig, check_solver_input
 from .solver.api import DEFAULT_CONFIG, config_arrays, is_traced, solve_batch
+from .tiered import Tiered
 
 __all__ = ["FrameSolver"]
 
@@ -43,7 +44,10 @@ class FrameSolver:
     (at most four) variants compiles on first use: with or without ``weights``, with or without
     ``q0``; :func:`wuji_jax.enable_compilation_cache` keeps them across processes. They are compiled
     with :func:`wuji_jax.cache.quick_compile_options` (4.6 s instead of 6.7 s on a 2-core CPU, the same
-    0.66 ms a frame).
+    0.66 ms a frame), in a thread of their own: until a variant's kernel is ready, its frames are
+    answered by the kernel's jaxpr evaluated in numpy (:mod:`wuji_jax.tiered`; tens of ms a frame, the
+    same fit to float32 rounding), so a stream starts within a second instead of after the
+    compilation.
 
     Use :func:`~wuji_jax.solve` for batches, for JAX arrays, under ``jax.jit``/``grad``, and for
     ``side="auto"``.
@@ -149,6 +153,7 @@ class FrameSolver:
                 layout.append((slice(at, at + size), s.shape[1:], None if s.dtype == dtype else np.dtype(s.dtype)))
                 at += size
             self._layout = layout
-        compiled = jax.jit(kernel).lower(*specs).compile(compiler_options=quick_compile_options("cpu") or None)
-        self._kernels[(has_weights, has_q0)] = compiled
-        return compiled
+        # compiled in a thread of its own; until it is ready, frames are answered by its jaxpr in numpy
+        made = Tiered(kernel, *specs, compiler_options=quick_compile_options("cpu"))
+        self._kernels[(has_weights, has_q0)] = made
+        return made
