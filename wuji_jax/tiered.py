@@ -60,12 +60,17 @@ def _op(*names):
     return register
 
 
+_PLAIN: dict = {}  # primitives computed by one numpy function of their operands (parameters ignored)
+
+
 def _unary(name, fn):
     _IMPL[name] = lambda x, **_: fn(x)
+    _PLAIN[name] = fn
 
 
 def _binary(name, fn):
     _IMPL[name] = lambda x, y, **_: fn(x, y)
+    _PLAIN[name] = fn
 
 
 for _name, _fn in [("neg", np.negative), ("abs", np.abs), ("sign", np.sign), ("sqrt", np.sqrt),
@@ -343,47 +348,98 @@ def _parts(jaxpr):
     return (inner, list(jaxpr.consts)) if inner is not None else (jaxpr, [])
 
 
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
+          "checkpoint", "remat")
+
+
 class _Program:
-    """A jaxpr made into a list of steps: each reads its inputs from numbered slots, calls its
-    primitive's function and writes its outputs to slots (no lookups by variable at run time)."""
+    """A jaxpr made into a flat list of steps: each reads its inputs from numbered slots, calls its
+    primitive's function and writes its outputs to slots (no lookups by variable at run time). Nested
+    calls (``jit``, custom derivative rules, ``checkpoint``) are inlined; loops and conditionals are
+    steps that run programs of their own."""
 
     def __init__(self, jaxpr):
         jaxpr, consts = _parts(jaxpr)
-        slots: dict = {}
         self.values: list = []  # the slots' initial values: constants and literals, None for variables
+        self.steps: list = []
+        self.inputs = [self._slot() for _ in jaxpr.invars]
+        self.outputs = self._emit(jaxpr, [self._slot(np.asarray(c)) for c in consts] + self.inputs)
 
-        def slot(v, value=None):
-            if hasattr(v, "val"):  # a literal
-                self.values.append(np.asarray(v.val, v.aval.dtype))
-                return len(self.values) - 1
-            if v not in slots:
-                slots[v] = len(self.values)
-                self.values.append(value)
-            return slots[v]
+    def _slot(self, value=None) -> int:
+        self.values.append(value)
+        return len(self.values) - 1
 
-        self.consts = [slot(v, np.asarray(c)) for v, c in zip(jaxpr.constvars, consts)]
-        self.inputs = [slot(v) for v in jaxpr.invars]
-        self.steps = []
+    def _emit(self, jaxpr, in_slots) -> list:
+        """The steps of ``jaxpr`` whose constants and inputs are in ``in_slots``; returns its outputs' slots."""
+        slots = dict(zip(list(jaxpr.constvars) + list(jaxpr.invars), in_slots))
+
+        def read(v):
+            return self._slot(np.asarray(v.val, v.aval.dtype)) if hasattr(v, "val") else slots[v]  # a literal
+
         for e in jaxpr.eqns:
-            fn = _step_function(e)
-            ins = [slot(v) for v in e.invars]
-            outs = [slot(v) for v in e.outvars]
-            dtypes = [np.dtype(v.aval.dtype) for v in e.outvars]
-            self.steps.append((fn, ins, outs, dtypes, e.primitive.multiple_results))
-        self.outputs = [slot(v) for v in jaxpr.outvars]
+            ins = [read(v) for v in e.invars]
+            if e.primitive.name in _CALLS:
+                sub = next((e.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if e.params.get(k) is not None), None)
+                if sub is None:
+                    raise Unsupported(f"{e.primitive.name} without a jaxpr")
+                sub, consts = _parts(sub)
+                outs = self._emit(sub, [self._slot(np.asarray(c)) for c in consts] + ins)
+            else:
+                outs = [self._slot() for _ in e.outvars]
+                dtypes = [np.dtype(v.aval.dtype) for v in e.outvars]
+                fn = _step_function(e)
+                if e.primitive.multiple_results:
+                    self.steps.append((0, fn, ins, outs, dtypes))
+                else:  # the common cases unpacked: one or two operands, one output
+                    arity = len(ins) if len(ins) in (1, 2) else 3
+                    self.steps.append((arity, fn, ins[0] if arity == 1 else ins, outs[0], dtypes[0]))
+            slots.update(zip(e.outvars, outs))
+        return [read(v) for v in jaxpr.outvars]
 
     def __call__(self, *args):
         env = list(self.values)
         for i, a in zip(self.inputs, args):
             env[i] = a
-        for fn, ins, outs, dtypes, multiple in self.steps:
-            res = fn(*[env[i] for i in ins])
-            if not multiple:
-                res = (res,)
-            for i, r, dt in zip(outs, res, dtypes):
-                r = np.asarray(r)
-                env[i] = r if r.dtype == dt else r.astype(dt)
+        for arity, fn, ins, out, dt in self.steps:
+            if arity == 2:
+                r = fn(env[ins[0]], env[ins[1]])
+            elif arity == 1:
+                r = fn(env[ins])
+            elif arity == 3:
+                r = fn(*[env[i] for i in ins])
+            else:  # several outputs
+                for i, r, d in zip(out, fn(*[env[i] for i in ins]), dt):
+                    r = np.asarray(r)
+                    env[i] = r if r.dtype == d else r.astype(d)
+                continue
+            if getattr(r, "dtype", None) != dt:  # (numpy's promotion; a Python scalar)
+                r = np.asarray(r).astype(dt)
+            env[out] = r
         return [env[i] for i in self.outputs]
+
+
+def _shaped(e):
+    """Steps whose output shape is known from the equation: reshaped without computing it each call."""
+    name, shape = e.primitive.name, tuple(e.outvars[0].aval.shape)
+    if name in ("squeeze", "reshape", "expand_dims") and not any(hasattr(d, "shape") for d in e.invars[1:]):
+        return lambda x, *_: x.reshape(shape)
+    if name == "broadcast_in_dim" and len(e.invars) == 1:
+        src = tuple(e.invars[0].aval.shape)
+        kept = [1] * len(shape)
+        for i, d in enumerate(e.params["broadcast_dimensions"]):
+            kept[d] = src[i]
+        if int(np.prod(kept)) == int(np.prod(shape)):
+            return lambda x: x.reshape(shape)
+        return lambda x: np.broadcast_to(x.reshape(kept), shape)
+    if name == "slice":
+        p = e.params
+        index = tuple(slice(a, b, s) for a, b, s in zip(p["start_indices"], p["limit_indices"],
+                                                        p["strides"] or (1,) * len(shape)))
+        return lambda x: x[index]
+    if name == "convert_element_type":
+        dt = np.dtype(e.outvars[0].aval.dtype)
+        return lambda x: np.asarray(x).astype(dt)
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -391,22 +447,12 @@ def _program(jaxpr) -> _Program:
     return _Program(jaxpr)
 
 
-def _sub(params, *names):
-    for name in names:
-        if params.get(name) is not None:
-            return _program(params[name])
-    raise Unsupported(f"a call without a jaxpr ({sorted(params)})")
-
-
 def _step_function(e):
     """The function of one equation's inputs that computes its outputs."""
     name, params = e.primitive.name, dict(e.params)
-    if name in ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
-                "custom_vjp_call_jaxpr", "checkpoint", "remat", "custom_lin"):
-        if name == "custom_lin":
-            raise Unsupported(name)
-        body = _sub(params, "jaxpr", "call_jaxpr", "fun_jaxpr")
-        return lambda *a: body(*a)
+    shaped = _shaped(e)
+    if shaped is not None:
+        return shaped
     if name == "while":
         cond, body = _program(params["cond_jaxpr"]), _program(params["body_jaxpr"])
         nc, nb = params["cond_nconsts"], params["body_nconsts"]
@@ -442,6 +488,8 @@ def _step_function(e):
         return run_cond
     if name in ("optimization_barrier", "device_put"):  # values unchanged (a device_put's copy is the host's)
         return (lambda *a: list(a)) if e.primitive.multiple_results else (lambda a, **_: a)
+    if name in _PLAIN:
+        return _PLAIN[name]
     impl = _IMPL.get(name)
     if impl is None:
         raise Unsupported(name)
@@ -454,7 +502,7 @@ def evaluate(jaxpr, *args) -> list:
     Raises :class:`Unsupported` for a primitive it does not know (before computing anything)."""
     program = _program(jaxpr)
     with np.errstate(all="ignore"):  # IEEE results (inf, NaN) as XLA's, without numpy's warnings
-        return program(*[np.asarray(a) for a in args])
+        return [np.asarray(r) for r in program(*[np.asarray(a) for a in args])]
 
 
 # ------------------------------------------------------------------------------------- the two tiers
