@@ -343,12 +343,21 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
             api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
     # the bucket is two programs (staged_program), the fit (the larger) first, tiered (wuji_jax.tiered)
     assert seen == {64: ("fit_chunked", {"xla_cpu_use_fusion_emitters": False}),
-                    api.CHUNK_FRAMES: ("solve_batch", None)}
+                    api.CHUNK_FRAMES: ("_solve_cold", None)}
     seen.clear()
     monkeypatch.setenv("WUJI_JAX_TIERED", "0")  # without the numpy tier: compiled side by side
-    with pytest.raises(Stop):
-        api._solve_bucketed(right, np.zeros((5, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
-    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False})}
+    for frames in (5, 300):
+        with pytest.raises(Stop):
+            api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
+    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}),
+                    api.CHUNK_FRAMES: ("solve_batch", None)}
+    monkeypatch.delenv("WUJI_JAX_TIERED")
+    seen.clear()
+    with pytest.raises(Stop):  # beyond TIERED_FRAMES: waits for XLA
+        api._solve_bucketed(right, np.zeros((api.TIERED_FRAMES + 1, 21, 3), np.float32), None, None, cfg, False,
+                            platform="cpu")
+    assert seen == {api.CHUNK_FRAMES: ("solve_batch", None)}
+    monkeypatch.setenv("WUJI_JAX_TIERED", "0")
 
     # FrameSolver compiles with the options it is given: an unknown one fails, naming it (at once
     # without the numpy tier; with it, on the first call after the compilation failed)

@@ -189,3 +189,23 @@ def test_a_process_that_exits_while_compiling_waits_for_the_compilation():
                          env={**os.environ, "WUJI_JAX_NO_CACHE": "1", tiered.ENV_TIERED: "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "True"]
+
+
+def test_the_first_solve_of_a_few_chunks_answers_in_numpy_and_later_ones_compiled(right, monkeypatch):
+    """wj.solve on 200 frames (two 128-frame chunks) in a process that has not compiled them: the first
+    call answers in numpy (JAX arrays out, the padding dropped), the call after the compilation runs
+    the compiled program, with the same fit to float32 rounding."""
+    import wuji_jax as wj
+    from wuji_jax.solver import api
+
+    monkeypatch.setattr(api, "_STAGES", {})
+    lm = _sample(200)
+    first = wj.solve(right, lm)
+    made = [p for p in api._STAGES.values() if isinstance(p, tiered.Tiered)]
+    assert len(made) == 1 and not made[0].ready
+    assert isinstance(first.angles, jax.Array) and first.angles.shape == (200, 20) and first.errors.shape == (200, 21)
+    tiered.wait()
+    later = wj.solve(right, lm)
+    np.testing.assert_array_equal(np.asarray(first.flags), np.asarray(later.flags))
+    np.testing.assert_allclose(np.asarray(first.angles), np.asarray(later.angles), atol=5e-5)
+    np.testing.assert_allclose(np.asarray(first.residual), np.asarray(later.residual), atol=1e-7)

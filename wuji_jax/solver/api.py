@@ -379,6 +379,28 @@ def start_spec(hand: HandModel, landmarks, config: SolverConfig, sharding=None) 
 _STAGES: dict = {}  # (stage function, program name, argument structure, shapes, options) → compiled program
 
 
+def _stage_key(fn, name: str, args: tuple, compiler_options) -> tuple:
+    """A program's key in :data:`_STAGES`: its function and name, the arguments' structure (which
+    holds the config's static fields), shapes, dtypes and shardings, and the compiler options. Arrays
+    on the default device and numpy arrays share a program, as in :func:`cached_program`."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    shapes = tuple((x.shape, str(x.dtype), bool(getattr(x, "weak_type", False)), str(array_sharding(x)))
+                   for x in leaves)
+    return fn, name, str(tree), shapes, repr(sorted((compiler_options or {}).items()))
+
+
+def _tiered(fn, name: str, args: tuple, compiler_options):
+    """``fn`` as a :class:`~wuji_jax.tiered.Tiered` program (answered in numpy while it compiles), or
+    None where the numpy tier is off or the program is kept exported (:func:`cached_program` reads it
+    back without tracing: that is quicker)."""
+    if not tiered_enabled():
+        return None
+    path = program_path(fn, name, *args)
+    if path is not None and path.is_file():
+        return None
+    return Tiered(fn, *args, compiler_options=compiler_options)
+
+
 def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | None = None, sharding=None,
                    tiered: bool = False):
     """The solver as its two stages, each a program of its own: ``start(*args) → Start`` and
@@ -400,18 +422,14 @@ def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | 
     arrays for those calls."""
     hand, landmarks, _, _, config = args
     spec = start_spec(hand, landmarks, config, sharding)
-    leaves, tree = jax.tree_util.tree_flatten(args)  # the structure holds the config's static fields
-    # arrays on the default device and numpy arrays share a program, as in cached_program
-    shapes = tuple((x.shape, str(x.dtype), bool(getattr(x, "weak_type", False)), str(array_sharding(x)))
-                   for x in leaves)
     stages = ((fit, name + "_fit", args + (spec,)), (start, "solve_start", args))
-    keys = [(fn, program, str(tree), shapes, repr(sorted((compiler_options or {}).items()))) for fn, program, _ in stages]
+    keys = [_stage_key(fn, program, a[:5], compiler_options) for fn, program, a in stages]
     todo = [(key, stage) for key, stage in zip(keys, stages) if key not in _STAGES]
-    if tiered and tiered_enabled():  # traced here, compiled in threads, answered in numpy meanwhile
+    if tiered:  # traced here, compiled in threads, answered in numpy meanwhile
         for key, (fn, program, a) in list(todo):
-            path = program_path(fn, program, *a)
-            if path is None or not path.is_file():
-                _STAGES[key] = Tiered(fn, *a, compiler_options=compiler_options)
+            made = _tiered(fn, program, a, compiler_options)
+            if made is not None:
+                _STAGES[key] = made
                 todo.remove((key, (fn, program, a)))
     if todo:  # the compiled programs, called directly (JAX's ahead-of-time API)
         made = compile_side_by_side(*((functools.partial(cached_program, fn, program, *a, compiler_options=compiler_options), a)
@@ -543,9 +561,9 @@ def solve(hand: HandModel, landmarks, weights=None, config: SolverConfig | None 
     For a live stream, one frame at a time, :class:`~wuji_jax.FrameSolver` computes the same fit with
     less overhead per call (numpy results).
 
-    The first call for a batch of up to 64 frames in a process answers without waiting for XLA: the
-    solver's two programs compile in threads of their own, and until they are ready its calls are
-    answered by the programs' jaxprs evaluated in numpy (:mod:`wuji_jax.tiered`; the same fit to
+    The first call for a batch of up to :data:`TIERED_FRAMES` (1024) frames in a process answers
+    without waiting for XLA: the solver's programs compile in threads of their own, and until they are
+    ready its calls are answered by the programs' jaxprs evaluated in numpy (:mod:`wuji_jax.tiered`; the same fit to
     float32 rounding: angles within 5e-6 rad on the bundled recordings). ``WUJI_JAX_TIERED=0`` makes
     every call wait for the compiled programs instead.
     """
@@ -588,6 +606,10 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
 #: 2-core CPU, running 6.7 ms instead of 5.9 ms), as two programs side by side on the CPU
 #: (:func:`staged_program`: 6.0 s instead of 7.5 s from the call to the answer).
 BUCKETS = (64,)
+#: batches of up to this many frames (padded) that :func:`solve` cannot answer with a program already
+#: compiled are answered in numpy while it compiles (:mod:`wuji_jax.tiered`): up to 8 chunks, about
+#: 0.3 s in numpy against 5–6 s of compilation on a 2-core CPU. Larger batches wait for XLA.
+TIERED_FRAMES = 1024
 
 
 def _bucket(frames: int, chunk: int) -> int:
@@ -642,9 +664,16 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = No
     if quick:  # named as the dataset runner's stages (batch._Kernel.staged): the same programs where shapes match
         staged = staged_program(start_warm if warm else start_cold, fit_chunked, "solve_chunked", pieces[0], quick,
                                 tiered=True)
-        program = lambda *a: IKResult(**jax.device_put(staged(*a)))  # noqa: E731 (numpy while it compiles)
+        program = lambda *a: IKResult(**staged(*a))  # noqa: E731
     else:
-        program = cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *pieces[0])
+        fn = _solve_warm if warm else _solve_cold
+        program = None
+        if size <= TIERED_FRAMES:  # the first calls answered in numpy while it compiles (wuji_jax.tiered)
+            key = _stage_key(fn, "solve_batch", pieces[0], None)
+            program = _STAGES.get(key) or _tiered(fn, "solve_batch", pieces[0], None)
+            if program is not None:
+                _STAGES[key] = program
+        program = program or cached_program(fn, "solve_batch", *pieces[0])
     return _join(tuple(program(*args) for args in pieces), flat, batch)
 
 
@@ -659,7 +688,9 @@ def _solve_warm(hand, lm, weights, q0, config) -> IKResult:
 def _join(outs: tuple, flat: int, batch: tuple) -> IKResult:
     """The pieces' results (equal sizes) as one, without the padding. The pieces are written into one
     buffer a piece at a time: three small programs whatever the number of pieces (a concatenation of
-    256 pieces compiled for 3 s)."""
+    256 pieces compiled for 3 s). Pieces answered in numpy (:mod:`wuji_jax.tiered`) are joined in numpy."""
+    if isinstance(outs[0].angles, np.ndarray):
+        return jax.device_put(IKResult(*(np.concatenate(f)[:flat].reshape(batch + f[0].shape[1:]) for f in zip(*outs))))
     out = outs[0]
     if len(outs) > 1:
         out = _first(out, len(outs))
