@@ -130,11 +130,6 @@ def _clamp(lo, x, hi, **_):
     return np.minimum(np.maximum(x, lo), hi)
 
 
-@_op("convert_element_type")
-def _convert(x, *, new_dtype, **_):
-    return np.asarray(x).astype(new_dtype)
-
-
 @_op("broadcast_in_dim")
 def _broadcast_in_dim(x, *dyn, shape, broadcast_dimensions, **_):
     x = np.asarray(x)
@@ -147,16 +142,6 @@ def _broadcast_in_dim(x, *dyn, shape, broadcast_dimensions, **_):
 @_op("reshape")
 def _reshape(x, *dyn, new_sizes, **_):
     return np.reshape(x, new_sizes)
-
-
-@_op("squeeze")
-def _squeeze(x, *, dimensions, **_):
-    return np.squeeze(x, tuple(dimensions))
-
-
-@_op("expand_dims")
-def _expand_dims(x, *, dimensions, **_):
-    return np.expand_dims(x, tuple(dimensions))
 
 
 @_op("transpose")
@@ -182,12 +167,6 @@ def _stack(*xs, axis, **_):
 @_op("split")
 def _split(x, *, sizes, axis, **_):
     return np.split(x, np.cumsum(sizes)[:-1], axis)
-
-
-@_op("slice")
-def _slice(x, *, start_indices, limit_indices, strides, **_):
-    strides = strides or (1,) * len(start_indices)
-    return x[tuple(slice(a, b, s) for a, b, s in zip(start_indices, limit_indices, strides))]
 
 
 def _starts(x_shape, sizes, starts):
@@ -588,8 +567,11 @@ class Tiered:
 
         if not self._numpy_ok:
             return None
+        leaves = jax.tree_util.tree_leaves(args)
         try:
-            return jax.tree_util.tree_unflatten(self.out_tree, evaluate(self.jaxpr, *jax.tree_util.tree_leaves(args)))
+            if len(leaves) != len(self.jaxpr.jaxpr.invars):  # (a jax that passes constants as inputs)
+                raise Unsupported(f"{len(self.jaxpr.jaxpr.invars)} jaxpr inputs for {len(leaves)} arguments")
+            return jax.tree_util.tree_unflatten(self.out_tree, evaluate(self.jaxpr, *leaves))
         except Unsupported:
             self._numpy_ok = False
             return None
