@@ -148,7 +148,7 @@ def _sample(frames):
     return world[idx]
 
 
-@pytest.mark.parametrize("coupling, frames, warm", [("hard", 64, False), ("soft", 8, True)])
+@pytest.mark.parametrize("coupling, frames, warm", [("soft", 8, True)])  # (hard: the test below)
 def test_the_solver_answers_in_numpy_as_its_compiled_program(right, coupling, frames, warm):
     """The first answers, in numpy while the solver compiles, against the compiled program's: the
     same flags, iterations, validity; angles and fit to float32 rounding."""
@@ -199,13 +199,17 @@ def test_the_first_solve_of_a_few_chunks_answers_in_numpy_and_later_ones_compile
     from wuji_jax.solver import api
 
     monkeypatch.setattr(api, "_STAGES", {})
-    lm = _sample(200)
+    lm = _sample(200)  # the fist frames among them
+    lm[3, 8] = np.nan  # a missing landmark
     first = wj.solve(right, lm)
     made = [p for p in api._STAGES.values() if isinstance(p, tiered.Tiered)]
     assert len(made) == 1 and not made[0].ready
     assert isinstance(first.angles, jax.Array) and first.angles.shape == (200, 20) and first.errors.shape == (200, 21)
     tiered.wait()
     later = wj.solve(right, lm)
-    np.testing.assert_array_equal(np.asarray(first.flags), np.asarray(later.flags))
+    for k in ("flags", "valid", "converged", "iterations"):
+        np.testing.assert_array_equal(np.asarray(getattr(first, k)), np.asarray(getattr(later, k)), err_msg=k)
     np.testing.assert_allclose(np.asarray(first.angles), np.asarray(later.angles), atol=5e-5)
+    np.testing.assert_allclose(np.asarray(first.keypoints), np.asarray(later.keypoints), atol=2e-6)
     np.testing.assert_allclose(np.asarray(first.residual), np.asarray(later.residual), atol=1e-7)
+    assert np.asarray(later.valid).all() and float(np.max(np.asarray(later.residual))) < 0.02
