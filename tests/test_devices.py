@@ -31,6 +31,19 @@ _CHILD = textwrap.dedent("""
 
     assert wj.use_cpu_cores(2) == 2
     assert len(jax.local_devices()) == 2
+
+    def shard_map_check():  # wuji_jax.tiered's shard_map (device by device) against JAX's, on 2 devices
+        from jax.sharding import Mesh, PartitionSpec as P
+        from wuji_jax.tiered import evaluate
+        mesh = Mesh(np.array(jax.devices()[:2]), ("rows",))
+        f = jax.shard_map(lambda a, b, c: (a * 2 + b[:, :1], jnp.sum(a, 0, keepdims=True) * c, a.T @ b),
+                          mesh=mesh, in_specs=(P("rows"), P("rows"), P()),
+                          out_specs=(P("rows"), P("rows"), P(None, "rows")), check_vma=False)
+        x = np.arange(24, dtype=np.float32).reshape(8, 3) / 7
+        z = np.cos(np.arange(16, dtype=np.float32)).reshape(8, 2)
+        args = (x, z, np.float32(3))
+        got, want = evaluate(jax.make_jaxpr(f)(*args), *args), f(*args)
+        return max(float(np.abs(g - np.asarray(w)).max()) if g.shape == w.shape else 1e9 for g, w in zip(got, want))
     hand = wj.load_hand("right")
     rng = np.random.default_rng(3)
     lo, hi = np.asarray(hand.lower), np.asarray(hand.upper)
@@ -41,7 +54,11 @@ _CHILD = textwrap.dedent("""
     from wuji_jax.solver import api as solver
     wj.devices.SPLIT_MIN_FRAMES = 4
     solver.CHUNK_FRAMES = 4  # 11 frames per device: 3 chunks of 4 (one padded)
-    split = wj.solve(hand, y)
+    from wuji_jax import tiered
+    first = wj.solve(hand, y)  # answered in numpy (shard_map run device by device) while it compiles
+    still_compiling = tiered.compiling() > 0
+    tiered.wait()
+    split = wj.solve(hand, y)  # the compiled program
     # another batch size whose chunks per device round up alike (17 frames: 9 a device, 3 chunks of 4,
     # padded to 4): the same program, nothing compiled
     import logging
@@ -72,6 +89,11 @@ _CHILD = textwrap.dedent("""
         chunked_same_flags=bool((np.asarray(chunked.flags) == np.asarray(one.flags)).all()),
         other_programs=len(other_programs), other_shape=list(other.angles.shape),
         other_angle_diff=float(np.abs(np.asarray(other.angles) - np.asarray(one.angles).reshape(21, 20)[:17]).max()),
+        first_compiling=still_compiling, first_shape=list(first.angles.shape),
+        first_angle_diff=float(np.abs(np.asarray(first.angles) - np.asarray(split.angles)).max()),
+        first_same=all(bool((np.asarray(getattr(first, k)) == np.asarray(getattr(split, k))).all())
+                       for k in ("flags", "valid", "iterations")),
+        shard_map_diff=shard_map_check(),
     )))
 """)
 
@@ -89,6 +111,9 @@ def test_big_batches_split_over_devices_and_chunks_give_the_same_answer():
     assert r["max_angle_diff"] < 1e-5 and r["max_kp_diff"] < 1e-6 and r["same_flags"]
     assert r["chunked_angle_diff"] < 1e-5 and r["chunked_same_flags"]
     assert r["other_programs"] == 0 and r["other_shape"] == [17, 20] and r["other_angle_diff"] < 1e-5
+    # the first call, answered in numpy while the split program compiled (wuji_jax.tiered)
+    assert r["first_compiling"] and r["first_shape"] == [3, 7, 20]
+    assert r["first_angle_diff"] < 5e-5 and r["first_same"] and r["shard_map_diff"] < 1e-5
     assert r["max_angle_err"] < 0.02  # noise-free, float32 (the frame with a masked tip aside): the answer itself
 
 

@@ -16,7 +16,7 @@ off: every call then waits for the compiled program.
 
 :func:`evaluate` knows the primitives the package's programs use (elementwise arithmetic, shapes,
 ``gather``/``scatter``, reductions, ``while``/``scan``/``cond``, nested ``jit`` and custom derivative
-rules, ``dot_general``). A program with another primitive raises :class:`Unsupported`, and
+rules, ``dot_general``, ``shard_map`` without collectives). A program with another primitive raises :class:`Unsupported`, and
 :class:`Tiered` then waits for the compiled program: a missing primitive costs time, never a wrong
 answer. Only JAX's public API is read: ``ClosedJaxpr``, equations' primitive names and parameters,
 variables' ``aval``.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import itertools
 import os
 import threading
 import warnings
@@ -465,6 +466,8 @@ def _step_function(e):
         def run_cond(index, *ops):
             return branches[min(max(int(index), 0), len(branches) - 1)](*ops)
         return run_cond
+    if name == "shard_map":
+        return _shard_map(_program(params["jaxpr"]), params["mesh"], params["in_specs"], params["out_specs"])
     if name in ("optimization_barrier", "device_put"):  # values unchanged (a device_put's copy is the host's)
         return (lambda *a: list(a)) if e.primitive.multiple_results else (lambda a, **_: a)
     if name in _PLAIN:
@@ -473,6 +476,56 @@ def _step_function(e):
     if impl is None:
         raise Unsupported(name)
     return functools.partial(impl, **params) if params else impl
+
+
+def _spec_axes(spec, ndim: int) -> list:
+    """Per array dimension, the mesh axes it is split over (``()``: not split), from a ``PartitionSpec``."""
+    entries = list(spec) + [None] * (ndim - len(spec))
+    return [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in entries]
+
+
+def _shard_map(body, mesh, in_specs, out_specs):
+    """``shard_map`` without collectives: the body run on each device's block of the inputs, one device
+    after the other, and its outputs put together as ``out_specs`` says (a body that talks across
+    devices, ``psum`` or ``axis_index``, is :class:`Unsupported` by its primitives)."""
+    sizes = dict(mesh.shape)
+    names = list(sizes)
+
+    def block(pos, axes):  # the block index along a dimension split over ``axes``, and their count
+        index, count = 0, 1
+        for a in axes:
+            index, count = index * sizes[a] + pos[a], count * sizes[a]
+        return index, count
+
+    def run(*args):
+        outs: list = [None] * len(out_specs)
+        for idx in itertools.product(*(range(sizes[a]) for a in names)):
+            pos = dict(zip(names, idx))
+            local = []
+            for x, spec in zip(args, in_specs):
+                x = np.asarray(x)
+                for d, axes in enumerate(_spec_axes(spec, x.ndim)):
+                    if axes:
+                        i, n = block(pos, axes)
+                        step = x.shape[d] // n
+                        x = x[(slice(None),) * d + (slice(i * step, (i + 1) * step),)]
+                local.append(x)
+            res = body(*local)
+            for k, (r, spec) in enumerate(zip(res, out_specs)):
+                r = np.asarray(r)
+                split = _spec_axes(spec, r.ndim)
+                mentioned = {a for axes in split for a in axes}
+                if any(pos[a] for a in names if a not in mentioned):
+                    continue  # replicated over this axis: device 0's value
+                if outs[k] is None:
+                    outs[k] = np.empty(tuple(n * (block(pos, axes)[1] if axes else 1)
+                                             for n, axes in zip(r.shape, split)), r.dtype)
+                at = tuple(slice(block(pos, axes)[0] * n, (block(pos, axes)[0] + 1) * n) if axes else slice(None)
+                           for n, axes in zip(r.shape, split))
+                outs[k][at] = r
+        return outs
+
+    return run
 
 
 def evaluate(jaxpr, *args) -> list:

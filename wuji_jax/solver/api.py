@@ -467,8 +467,18 @@ def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
             part = a[d * per:(d + 1) * per]
             buf[d, :len(part)] = part
         args.append(buf.reshape((D * rows,) + a.shape[1:]))
-    out = split_kernel(sharding.mesh, bool(warm), counted=True)(hand, *jax.device_put(args, sharding), config,
-                                                                np.int32(count))
+    kernel = split_kernel(sharding.mesh, bool(warm), counted=True)
+    call = (hand, *jax.device_put(args, sharding), config, np.int32(count))
+    program = None
+    if flat <= TIERED_FRAMES:  # the first calls answered in numpy while it compiles (wuji_jax.tiered)
+        key = _stage_key(kernel, "solve_split", call, None)
+        program = _STAGES.get(key) or _tiered(kernel, "solve_split", call, None)
+        if program is not None:
+            _STAGES[key] = program
+    out = (program or kernel)(*call)
+    if isinstance(out["angles"], np.ndarray):  # answered in numpy: its padding dropped here
+        front = lambda v: v.reshape((D, -1) + v.shape[1:])[:, :per].reshape((D * per,) + v.shape[1:])[:flat]  # noqa: E731
+        return jax.device_put(IKResult(**{k: front(v).reshape(batch + v.shape[1:]) for k, v in out.items()}))
     if rows * D == flat:  # no padding
         return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
     return IKResult(**{k: _front_rows(v, D, per, flat).reshape(batch + v.shape[1:]) for k, v in out.items()})
@@ -607,8 +617,9 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
 #: (:func:`staged_program`: 6.0 s instead of 7.5 s from the call to the answer).
 BUCKETS = (64,)
 #: batches of up to this many frames (padded) that :func:`solve` cannot answer with a program already
-#: compiled are answered in numpy while it compiles (:mod:`wuji_jax.tiered`): up to 8 chunks, about
-#: 0.3 s in numpy against 5–6 s of compilation on a 2-core CPU. Larger batches wait for XLA.
+#: compiled are answered in numpy while it compiles (:mod:`wuji_jax.tiered`), on one device or split
+#: over several (its ``shard_map`` run device by device): up to 8 chunks, about 0.3 s in numpy against
+#: 5–10 s of compilation on a 2-core CPU. Larger batches wait for XLA.
 TIERED_FRAMES = 1024
 
 
