@@ -38,10 +38,10 @@ from ..cache import array_sharding, cached_program, compile_side_by_side, progra
 from ..chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles
 from ..devices import split_over_devices
 from ..kinematics import check_angles
-from ..tiered import Tiered
-from ..tiered import enabled as tiered_enabled
 from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
+from ..tiered import Tiered
+from ..tiered import enabled as tiered_enabled
 from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
 from .lm import Problem, Structure, Variables, cost, keypoints, minimise
@@ -376,7 +376,9 @@ def start_spec(hand: HandModel, landmarks, config: SolverConfig, sharding=None) 
     return Start(q=spec(hand.num_joints), rot=rot, R=spec(3, 3), t=spec(3), logs=spec(), det=spec())
 
 
-_STAGES: dict = {}  # (stage function, program name, argument structure, shapes, options) → compiled program
+#: (function, program name, argument structure, shapes, options) → its compiled program, or a
+#: :class:`~wuji_jax.tiered.Tiered` one (answered in numpy until compiled)
+_STAGES: dict = {}
 
 
 def _stage_key(fn, name: str, args: tuple, compiler_options) -> tuple:
@@ -389,16 +391,21 @@ def _stage_key(fn, name: str, args: tuple, compiler_options) -> tuple:
     return fn, name, str(tree), shapes, repr(sorted((compiler_options or {}).items()))
 
 
-def _tiered(fn, name: str, args: tuple, compiler_options):
-    """``fn`` as a :class:`~wuji_jax.tiered.Tiered` program (answered in numpy while it compiles), or
-    None where the numpy tier is off or the program is kept exported (:func:`cached_program` reads it
-    back without tracing: that is quicker)."""
+def _tiered(fn, name: str, args: tuple, compiler_options, key: tuple | None = None):
+    """``fn`` for arguments shaped like ``args`` as a :class:`~wuji_jax.tiered.Tiered` program (answered
+    in numpy while it compiles), made once per process (:data:`_STAGES`, under ``key``, default
+    :func:`_stage_key`); None where the numpy tier is off or the program is kept exported
+    (:func:`cached_program` reads it back without tracing: that is quicker)."""
+    key = key or _stage_key(fn, name, args, compiler_options)
+    if key in _STAGES:
+        return _STAGES[key]
     if not tiered_enabled():
         return None
     path = program_path(fn, name, *args)
     if path is not None and path.is_file():
         return None
-    return Tiered(fn, *args, compiler_options=compiler_options)
+    _STAGES[key] = made = Tiered(fn, *args, compiler_options=compiler_options)
+    return made
 
 
 def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | None = None, sharding=None,
@@ -418,7 +425,7 @@ def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | 
     With ``tiered`` (:func:`solve`), a stage not yet kept as an exported program
     (:func:`wuji_jax.cache.program_path`) is a :class:`wuji_jax.tiered.Tiered`: traced once, compiled
     in a thread of its own, and answered in numpy until then (the first ``wj.solve`` of 64 frames in
-    a fresh process: 3.9 s → 0.8 s to the answer on a 2-core CPU). The callable then returns numpy
+    a fresh process: 3.9 s → 1.3 s to the answer on a 2-core CPU). The callable then returns numpy
     arrays for those calls."""
     hand, landmarks, _, _, config = args
     spec = start_spec(hand, landmarks, config, sharding)
@@ -426,11 +433,8 @@ def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | 
     keys = [_stage_key(fn, program, a[:5], compiler_options) for fn, program, a in stages]
     todo = [(key, stage) for key, stage in zip(keys, stages) if key not in _STAGES]
     if tiered:  # traced here, compiled in threads, answered in numpy meanwhile
-        for key, (fn, program, a) in list(todo):
-            made = _tiered(fn, program, a, compiler_options)
-            if made is not None:
-                _STAGES[key] = made
-                todo.remove((key, (fn, program, a)))
+        todo = [(key, (fn, program, a)) for key, (fn, program, a) in todo
+                if _tiered(fn, program, a, compiler_options, key) is None]
     if todo:  # the compiled programs, called directly (JAX's ahead-of-time API)
         made = compile_side_by_side(*((functools.partial(cached_program, fn, program, *a, compiler_options=compiler_options), a)
                                       for _, (fn, program, a) in todo))
@@ -469,12 +473,8 @@ def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
         args.append(buf.reshape((D * rows,) + a.shape[1:]))
     kernel = split_kernel(sharding.mesh, bool(warm), counted=True)
     call = (hand, *jax.device_put(args, sharding), config, np.int32(count))
-    program = None
-    if flat <= TIERED_FRAMES:  # the first calls answered in numpy while it compiles (wuji_jax.tiered)
-        key = _stage_key(kernel, "solve_split", call, None)
-        program = _STAGES.get(key) or _tiered(kernel, "solve_split", call, None)
-        if program is not None:
-            _STAGES[key] = program
+    # the first calls answered in numpy while it compiles (wuji_jax.tiered)
+    program = _tiered(kernel, "solve_split", call, None) if flat <= TIERED_FRAMES else None
     out = (program or kernel)(*call)
     if isinstance(out["angles"], np.ndarray):  # answered in numpy: its padding dropped here
         front = lambda v: v.reshape((D, -1) + v.shape[1:])[:, :per].reshape((D * per,) + v.shape[1:])[:flat]  # noqa: E731
@@ -574,7 +574,7 @@ def solve(hand: HandModel, landmarks, weights=None, config: SolverConfig | None 
     The first call for a batch of up to :data:`TIERED_FRAMES` (1024) frames in a process answers
     without waiting for XLA: the solver's programs compile in threads of their own, and until they are
     ready its calls are answered by the programs' jaxprs evaluated in numpy (:mod:`wuji_jax.tiered`; the same fit to
-    float32 rounding: angles within 5e-6 rad on the bundled recordings). ``WUJI_JAX_TIERED=0`` makes
+    float32 rounding: angles within 5e-6 rad on dex-retargeting's recording). ``WUJI_JAX_TIERED=0`` makes
     every call wait for the compiled programs instead.
     """
     config = config or DEFAULT_CONFIG
@@ -678,13 +678,9 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = No
         program = lambda *a: IKResult(**staged(*a))  # noqa: E731
     else:
         fn = _solve_warm if warm else _solve_cold
-        program = None
-        if size <= TIERED_FRAMES:  # the first calls answered in numpy while it compiles (wuji_jax.tiered)
-            key = _stage_key(fn, "solve_batch", pieces[0], None)
-            program = _STAGES.get(key) or _tiered(fn, "solve_batch", pieces[0], None)
-            if program is not None:
-                _STAGES[key] = program
-        program = program or cached_program(fn, "solve_batch", *pieces[0])
+        # the first calls answered in numpy while it compiles (wuji_jax.tiered)
+        program = (_tiered(fn, "solve_batch", pieces[0], None) if size <= TIERED_FRAMES else None) \
+            or cached_program(fn, "solve_batch", *pieces[0])
     return _join(tuple(program(*args) for args in pieces), flat, batch)
 
 
