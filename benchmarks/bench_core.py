@@ -61,13 +61,13 @@ FIRST_SOLVE = """
 import time, json
 t0 = time.perf_counter()
 import numpy as np, jax, wuji_jax as wj
-import wuji_jax.tiered as wuji_jax_tiered
+from wuji_jax import tiered
 t1 = time.perf_counter()
 hand = wj.load_hand("right")
 y = np.load({data!r}).astype(np.float32)[:64]
 jax.block_until_ready(wj.solve(hand, y))  # answered in numpy while XLA compiles (wuji_jax.tiered)
 t2 = time.perf_counter()
-wuji_jax_tiered.wait()  # the compiled programs ready
+tiered.wait()  # the compiled programs ready
 t2c = time.perf_counter()
 solver = wj.FrameSolver(hand)
 solver(y[0])

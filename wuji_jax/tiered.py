@@ -61,18 +61,9 @@ def _op(*names):
     return register
 
 
-_PLAIN: dict = {}  # primitives computed by one numpy function of their operands (parameters ignored)
-
-
-def _unary(name, fn):
-    _IMPL[name] = lambda x, **_: fn(x)
-    _PLAIN[name] = fn
-
-
-def _binary(name, fn):
-    _IMPL[name] = lambda x, y, **_: fn(x, y)
-    _PLAIN[name] = fn
-
+#: primitives computed by one numpy function of their operands, called as it is (parameters such as
+#: JAX's ``accuracy`` are ignored: numpy has no such setting)
+_PLAIN: dict = {}
 
 for _name, _fn in [("neg", np.negative), ("abs", np.abs), ("sign", np.sign), ("sqrt", np.sqrt),
                    ("rsqrt", lambda x: 1 / np.sqrt(x)), ("exp", np.exp), ("exp2", np.exp2), ("log", np.log),
@@ -83,7 +74,7 @@ for _name, _fn in [("neg", np.negative), ("abs", np.abs), ("sign", np.sign), ("s
                    ("cbrt", np.cbrt), ("logistic", lambda x: 1 / (1 + np.exp(-x))),
                    ("stop_gradient", lambda x: x), ("copy", lambda x: x), ("copy_p", lambda x: x),
                    ("real", np.real), ("imag", np.imag), ("conj", np.conj)]:
-    _unary(_name, _fn)
+    _PLAIN[_name] = _fn
 
 for _name, _fn in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("max", np.maximum),
                    ("min", np.minimum), ("pow", np.power), ("atan2", np.arctan2), ("nextafter", np.nextafter),
@@ -91,7 +82,7 @@ for _name, _fn in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), 
                    ("gt", np.greater), ("ge", np.greater_equal), ("and", np.bitwise_and),
                    ("or", np.bitwise_or), ("xor", np.bitwise_xor), ("shift_left", np.left_shift),
                    ("add_any", np.add)]:
-    _binary(_name, _fn)
+    _PLAIN[_name] = _fn
 
 
 @_op("div")
@@ -129,20 +120,6 @@ def _select_n(which, *cases, **_):
 @_op("clamp")
 def _clamp(lo, x, hi, **_):
     return np.minimum(np.maximum(x, lo), hi)
-
-
-@_op("broadcast_in_dim")
-def _broadcast_in_dim(x, *dyn, shape, broadcast_dimensions, **_):
-    x = np.asarray(x)
-    kept = [1] * len(shape)
-    for i, d in enumerate(broadcast_dimensions):
-        kept[d] = x.shape[i]
-    return np.broadcast_to(x.reshape(kept), shape)
-
-
-@_op("reshape")
-def _reshape(x, *dyn, new_sizes, **_):
-    return np.reshape(x, new_sizes)
 
 
 @_op("transpose")
@@ -401,9 +378,11 @@ class _Program:
 def _shaped(e):
     """Steps whose output shape is known from the equation: reshaped without computing it each call."""
     name, shape = e.primitive.name, tuple(e.outvars[0].aval.shape)
-    if name in ("squeeze", "reshape", "expand_dims") and not any(hasattr(d, "shape") for d in e.invars[1:]):
-        return lambda x, *_: x.reshape(shape)
-    if name == "broadcast_in_dim" and len(e.invars) == 1:
+    if name in ("squeeze", "reshape", "expand_dims", "broadcast_in_dim") and len(e.invars) > 1:
+        raise Unsupported(f"{name} with a dynamic shape")
+    if name in ("squeeze", "reshape", "expand_dims"):
+        return lambda x: x.reshape(shape)
+    if name == "broadcast_in_dim":
         src = tuple(e.invars[0].aval.shape)
         kept = [1] * len(shape)
         for i, d in enumerate(e.params["broadcast_dimensions"]):
@@ -635,8 +614,12 @@ class Tiered:
             return None
 
     def __call__(self, *args):
-        if not self.ready:
-            out = self.numpy(*args)
-            if out is not None:
-                return out
-        return self.compiled(*args)
+        if self._thread is not None:  # (None: compiled, the plain call below)
+            if self._thread.is_alive():
+                out = self.numpy(*args)
+                if out is not None:
+                    return out
+            program = self.compiled  # raises the compilation's error, if any
+            self._thread = None
+            return program(*args)
+        return self._compiled(*args)

@@ -379,6 +379,7 @@ def start_spec(hand: HandModel, landmarks, config: SolverConfig, sharding=None) 
 #: (function, program name, argument structure, shapes, options) → its compiled program, or a
 #: :class:`~wuji_jax.tiered.Tiered` one (answered in numpy until compiled)
 _STAGES: dict = {}
+_EXPORTED: set = set()  # keys of _STAGES' form whose programs were found exported (_tiered)
 
 
 def _stage_key(fn, name: str, args: tuple, compiler_options) -> tuple:
@@ -399,10 +400,11 @@ def _tiered(fn, name: str, args: tuple, compiler_options, key: tuple | None = No
     key = key or _stage_key(fn, name, args, compiler_options)
     if key in _STAGES:
         return _STAGES[key]
-    if not tiered_enabled():
+    if key in _EXPORTED or not tiered_enabled():
         return None
     path = program_path(fn, name, *args)
     if path is not None and path.is_file():
+        _EXPORTED.add(key)  # (not asked again on every call: its path is a hash of the program's identity)
         return None
     _STAGES[key] = made = Tiered(fn, *args, compiler_options=compiler_options)
     return made
