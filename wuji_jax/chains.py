@@ -249,9 +249,9 @@ class ChainParams(NamedTuple):
 def chain_params(hand: HandModel, ch: Chains) -> ChainParams:
     """:class:`ChainParams` of ``hand`` (the padding link: zero offset and axis, identity rotation)."""
     dtype = hand.origin_xyz.dtype
-    xyz = jnp.concatenate([hand.origin_xyz, jnp.zeros((1, 3), dtype)])[ch.link.T]  # (D, G, 3)
-    O = jnp.concatenate([hand.origin_rot, jnp.eye(3, dtype=dtype)[None]])[ch.link.T]  # (D, G, 3, 3)
-    ax = jnp.concatenate([hand.axis, jnp.zeros((1, 3), dtype)])[ch.link.T]
+    xyz = geo.take(jnp.concatenate([hand.origin_xyz, jnp.zeros((1, 3), dtype)]), ch.link.T, 0)  # (D, G, 3)
+    O = geo.take(jnp.concatenate([hand.origin_rot, jnp.eye(3, dtype=dtype)[None]]), ch.link.T, 0)  # (D, G, 3, 3)
+    ax = geo.take(jnp.concatenate([hand.axis, jnp.zeros((1, 3), dtype)]), ch.link.T, 0)
     xyz, ax = jnp.moveaxis(xyz, -1, 0), jnp.moveaxis(ax, -1, 0)
     O = jnp.moveaxis(O, (-2, -1), (0, 1))
     K = geo.skew(ax)
@@ -267,14 +267,14 @@ def coupled_rows(hand: HandModel, q):
     src, sec = (np.array(i) for i in zip(*hand.mimic_sources))
     k = hand.coupling.astype(q.dtype).reshape((-1, 3) + (1,) * (q.ndim - 1))
     off = hand.coupling_offset.astype(q.dtype).reshape((-1,) + (1,) * (q.ndim - 1))
-    a, b = q[src], q[sec]
+    a, b = geo.take(q, src, 0), geo.take(q, sec, 0)
     return k[:, 0] * a + k[:, 1] * b + k[:, 2] * a * b + off
 
 
 def link_angles(ch: Chains, q, rot):
     """Link angles ``(D, G, B)`` from active ``q (n, B)`` and coupled ``rot (M, B)`` angles."""
     ext = jnp.concatenate([q, rot, jnp.zeros((1,) + q.shape[1:], q.dtype)])
-    return ext[ch.angle.T]
+    return geo.take(ext, ch.angle.T, 0)
 
 
 def _walk(params: ChainParams, ch: Chains, ang, axes: bool):
@@ -303,7 +303,7 @@ def _walk(params: ChainParams, ch: Chains, ang, axes: bool):
 
 def _keypoints(ch: Chains, pos):
     B = pos[0].shape[-1]
-    return jnp.stack(pos, axis=1).reshape(3, ch.D * ch.G, B)[:, ch.kp_flat].reshape(3, ch.K, ch.G, B)
+    return geo.take(jnp.stack(pos, axis=1).reshape(3, ch.D * ch.G, B), ch.kp_flat, 1).reshape(3, ch.K, ch.G, B)
 
 
 def fk(params: ChainParams, ch: Chains, ang, jacobian: bool = True):
@@ -340,8 +340,9 @@ def fk_variables(hand: HandModel, params: ChainParams, ch: Chains, q, rot, soft:
         Pv = jnp.stack([pos[d] for d in vd[0]], axis=1)
         Av = jnp.stack([axs[d] for d in vd[0]], axis=1)  # (3, V, G, B)
     else:
-        flat = lambda xs: jnp.concatenate([jnp.stack(xs, 1).reshape(3, ch.D * ch.G, B),  # noqa: E731
-                                           jnp.zeros((3, 1, B), kp.dtype)], 1)[:, ch.var_flat].reshape(3, ch.V, ch.G, B)
+        flat = lambda xs: geo.take(jnp.concatenate([jnp.stack(xs, 1).reshape(3, ch.D * ch.G, B),  # noqa: E731
+                                                    jnp.zeros((3, 1, B), kp.dtype)], 1),
+                                   ch.var_flat, 1).reshape(3, ch.V, ch.G, B)
         Pv, Av = flat(pos), flat(axs)  # padding variables: zero axis, zero column
     Jv = geo.cross(Av[:, None], kp[:, :, None] - Pv[:, None]) * jnp.asarray(ch.var_before, kp.dtype)[..., None]
     if soft:
@@ -362,4 +363,4 @@ def keypoints21(ch: Chains, kp):
     """All 21 keypoints ``(3, 21, B)`` from the chains' ``kp (3, K, G, B)`` (the wrist at the origin)."""
     B = kp.shape[-1]
     rows = jnp.concatenate([kp.reshape(3, ch.K * ch.G, B), jnp.zeros((3, 1, B), kp.dtype)], 1)
-    return rows[:, ch.kp_slot]
+    return geo.take(rows, ch.kp_slot, 1)

@@ -92,9 +92,10 @@ def _problem(hand, ch, y, w, q0, soft):
     """:class:`~.lm.Problem` from ``y (3, 21, B)``, ``w (21, B)``, ``q0 (n, B)``."""
     B = y.shape[-1]
     roots = np.asarray(ch.root_kps, int)
-    return Problem(y=y[:, ch.kp_of_slot].reshape(3, ch.K, ch.G, B),
-                   w=w[ch.kp_of_slot].reshape(ch.K, ch.G, B) * jnp.asarray(ch.slot_used[..., None], y.dtype),
-                   y_root=y[:, roots], w_root=w[roots], q_prior=q0,
+    return Problem(y=geo.take(y, ch.kp_of_slot, 1).reshape(3, ch.K, ch.G, B),
+                   w=geo.take(w, ch.kp_of_slot, 0).reshape(ch.K, ch.G, B)
+                   * jnp.asarray(ch.slot_used[..., None], y.dtype),
+                   y_root=geo.take(y, roots, 1), w_root=geo.take(w, roots, 0), q_prior=q0,
                    rot_prior=coupled_rows(hand, q0) if soft else jnp.zeros((0, B), y.dtype),
                    one=1 + 0 * y[0, 0, 0])
 
@@ -150,7 +151,7 @@ def _setup(hand: HandModel, landmarks, weights, q0, config: SolverConfig):
     used = w > 0
     n_valid = geo.total(used.astype(jnp.int32), 0)
     palm = np.asarray(ch.palm_kps, int)
-    enough = (n_valid >= config.min_landmarks) & (geo.total(used[palm].astype(jnp.int32), 0) >= 3)
+    enough = (n_valid >= config.min_landmarks) & (geo.total(geo.take(used, palm, 0).astype(jnp.int32), 0) >= 3)
     # landmarks without extent (all one point) are not a hand: not solved
     count = jnp.maximum(n_valid, 1).astype(dtype)
     dev = y - geo.total(jnp.where(used, y, 0.0), 1)[:, None] / count
@@ -168,7 +169,8 @@ def start_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     palm = np.asarray(ch.palm_kps, int)
     zeros = jnp.zeros((n, 1), dtype)
     rest, _ = fk(params, ch, link_angles(ch, zeros, coupled_rows(hand, zeros)), jacobian=False)
-    R, t, logs, det = palm_similarity(keypoints21(ch, rest)[:, palm], f.y[:, palm], f.w[palm], config.estimate_scale)
+    R, t, logs, det = palm_similarity(geo.take(keypoints21(ch, rest), palm, 1), geo.take(f.y, palm, 1),
+                                      geo.take(f.w, palm, 0), config.estimate_scale)
     qa = analytic_angles(hand, ch, params, f.q0, R, t, logs, f.y, f.w)
     x = Variables(qa, coupled_rows(hand, qa) if soft else jnp.zeros((0, B), dtype), R, t, logs)
     # a warm start: keep q0 where it fits better than the closed-form angles

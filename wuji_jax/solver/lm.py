@@ -279,11 +279,11 @@ def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cf
     var = ch.var.T  # (V, G)
     is_joint = jnp.asarray(var < n, kp.dtype)[..., None]
     ext = lambda a, b: jnp.concatenate([a, b, jnp.zeros((1,) + a.shape[1:], a.dtype)])  # noqa: E731
-    xv = ext(x.q, x.rot if st.soft else jnp.zeros((M, B), kp.dtype))[var]
-    lo = ext(hand.lower, hand.mimic_lower)[var][..., None]
-    hi = ext(hand.upper, hand.mimic_upper)[var][..., None]
+    xv = geo.take(ext(x.q, x.rot if st.soft else jnp.zeros((M, B), kp.dtype)), var, 0)
+    lo = geo.take(ext(hand.lower, hand.mimic_lower), var, 0)[..., None]
+    hi = geo.take(ext(hand.upper, hand.mimic_upper), var, 0)[..., None]
     viol = jnp.maximum(xv - hi, 0.0) + jnp.minimum(xv - lo, 0.0)
-    prior = ext(prob.q_prior, prob.rot_prior if st.soft else jnp.zeros((M, B), kp.dtype))[var]
+    prior = geo.take(ext(prob.q_prior, prob.rot_prior if st.soft else jnp.zeros((M, B), kp.dtype)), var, 0)
     gq = gq + is_joint * (cfg.limit_weight * viol + cfg.prior_weight * (xv - prior))
     hdiag = is_joint * (jnp.where(viol != 0, cfg.limit_weight, 0.0) + cfg.prior_weight) + jnp.asarray(var >= n + M, kp.dtype)[..., None]
     A = A + jnp.eye(V, dtype=kp.dtype)[:, :, None, None] * hdiag[None]
@@ -329,7 +329,7 @@ def gauss_newton_step(A, Bm, C, gq, gp, lam, one=None):
 def _apply(ch: Chains, x: Variables, dq, dp, soft: bool, cfg: SolverConfig, hand=None) -> Variables:
     """``x`` moved by the step (``dq`` in the variable layout, ``dp = (φ, δ, σ)``); with ``hand`` the
     angles are projected onto its limits."""
-    d = dq.reshape((ch.V * ch.G,) + dq.shape[2:])[ch.var_slot]  # (n + M, B)
+    d = geo.take(dq.reshape((ch.V * ch.G,) + dq.shape[2:]), ch.var_slot, 0)  # (n + M, B)
     logs = jnp.where(cfg.estimate_scale, jnp.clip(x.logs + dp[6], *_LOG_S), x.logs)
     q = x.q + d[:ch.n]
     if hand is not None:

@@ -93,7 +93,7 @@ def gather_joints(ch: Chains, q, angs):
     rows = np.arange(ch.n)
     g, d = np.nonzero(ch.angle < ch.n)
     rows[ch.angle[g, d]] = ch.n + d * ch.G + g
-    return jnp.concatenate([q, jnp.stack(angs).reshape((ch.D * ch.G,) + q.shape[1:])])[rows]
+    return geo.take(jnp.concatenate([q, jnp.stack(angs).reshape((ch.D * ch.G,) + q.shape[1:])]), rows, 0)
 
 
 def analytic_angles(hand, ch: Chains, params: ChainParams, q0, R, t, logs, y, w, fixed_point: int = 3):
@@ -101,9 +101,9 @@ def analytic_angles(hand, ch: Chains, params: ChainParams, q0, R, t, logs, y, w,
     wrist pose ``R, t, logs`` given. Bones with a masked end keep ``q0 (n, B)``; results are clipped
     to the limits."""
     B = y.shape[-1]
-    z = geo.matTvec(R, y[:, ch.kp_of_slot] - t[:, None]) / jnp.exp(logs)  # wrist frame, (3, K·G, B)
+    z = geo.matTvec(R, geo.take(y, ch.kp_of_slot, 1) - t[:, None]) / jnp.exp(logs)  # wrist frame, (3, K·G, B)
     z = z.reshape(3, ch.K, ch.G, B)
-    wk = w[ch.kp_of_slot].reshape(ch.K, ch.G, B) * ch.slot_used[..., None]
+    wk = geo.take(w, ch.kp_of_slot, 0).reshape(ch.K, ch.G, B) * ch.slot_used[..., None]
     ang = link_angles(ch, q0, coupled_rows(hand, q0))
     angs = [ang[d] for d in range(ch.D)]
     xyz, O, ax, Oa = (lambda d: params.xyz[:, d, :, None], lambda d: params.O[:, :, d, :, None],
@@ -140,7 +140,8 @@ def analytic_angles(hand, ch: Chains, params: ChainParams, q0, R, t, logs, y, w,
                 th = _sp2(a1, geo.matvec(O1, Oa(free[1])), geo.matvec(geo.matmul(O1, O(free[1])), b), o)
             for d, val in zip(free, th):
                 idx = ch.angle[:, d]
-                val = jnp.clip(val, hand.lower[idx][:, None], hand.upper[idx][:, None])
+                lo, hi = geo.take(hand.lower, idx, 0), geo.take(hand.upper, idx, 0)
+                val = jnp.clip(val, lo[:, None], hi[:, None])
                 angs[d] = jnp.where(ok, val, angs[d])
             if mimics:
                 law = coupled_rows(hand, gather_joints(ch, q0, angs))
