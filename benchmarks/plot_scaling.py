@@ -72,19 +72,21 @@ def main(argv=None) -> Path:
 
     devices = list(dict.fromkeys(item[0] for items in found.values() for item in items))
     color = {dev: f"C{i}" for i, dev in enumerate(devices)}  # one colour per device in every panel
-    panels = 3 if found["iterations"] else 2
+    # a panel per kind with results (make_docs draws the FK results alone: the others describe older code)
+    kinds = [(kind, unit) for kind, unit in (("fk", "keypoint sets / s"), ("ik", "frames / s")) if found[kind]]
+    panels = len(kinds) + (1 if found["iterations"] else 0)
     fig, axes = figure(1, panels, size=(6.0 * panels, 4.8))
-    for ax, kind, unit in ((axes[0, 0], "fk", "keypoint sets / s"), (axes[0, 1], "ik", "frames / s")):
+    for i, (kind, unit) in enumerate(kinds):
+        ax = axes[0, i]
         for dev, label, batch, rate in found[kind]:
             ax.loglog(batch, rate, "o-", color=color[dev], markersize=3.5, linewidth=1.3, label=label)
         ax.set_title(f"{kind.upper()} throughput", fontsize=10)
         ax.set_xlabel("batch size", fontsize=9)
         ax.set_ylabel(unit, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        if found[kind]:
-            ax.legend(fontsize=6.5, loc="upper left")
+        ax.legend(fontsize=6.5, loc="upper left")
     if found["iterations"]:
-        ax = axes[0, 2]
+        ax = axes[0, len(kinds)]
         speed = ax.twinx()
         for dev, label, rows in found["iterations"]:
             it = [r["iterations"] for r in rows]
