@@ -352,6 +352,10 @@ def test_take_matches_numpy_indexing():
         np.testing.assert_array_equal(np.asarray(got), want)
     jaxpr = str(jax.make_jaxpr(lambda v: geo.take(v, [[4, 0, 1], [2, 3, 3]], 1))(jnp.asarray(x)))
     assert "gather" not in jaxpr
+    np.testing.assert_array_equal(np.asarray(geo.take(jnp.asarray(x), [-1, 0], 0)), x[[-1, 0]])
+    assert geo.take(jnp.asarray(x), np.zeros((0,), int), 1).shape == (7, 0, 4)
+    with pytest.raises(IndexError, match="index 5 out of range for axis 1 of size 5"):
+        geo.take(jnp.asarray(x), [0, 5], 1)
 
 
 def test_float32_atan2_matches_numpy():

@@ -177,8 +177,14 @@ def take(x, idx, axis: int):
     its speed did not change beyond the noise.
     """
     idx = np.asarray(idx)
-    flat = idx.ravel()
     axis = axis % x.ndim
+    size = x.shape[axis]
+    flat = np.where(idx < 0, idx + size, idx).ravel()
+    if flat.size and not (0 <= flat.min() and flat.max() < size):
+        raise IndexError(f"take: index {int(idx.ravel()[np.argmax((flat < 0) | (flat >= size))])} out of range "
+                         f"for axis {axis} of size {size}")
+    if not flat.size:
+        return jnp.zeros(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
     parts, i = [], 0
     while i < flat.size:
         j = i
