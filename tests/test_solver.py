@@ -338,9 +338,9 @@ def test_contract_and_products_match_einsum():
 
 
 def test_take_matches_numpy_indexing():
-    """geometry.take (slices of runs, concatenated) against numpy's fancy indexing: index arrays of
-    one and two axes with runs, repeats, reversals and single entries, along leading, middle and
-    negative axes; no gather in the traced program."""
+    """geometry.take against numpy's fancy indexing: index arrays of one and two axes with runs,
+    repeats, reversals and single entries, along leading, middle and negative axes; one of few runs
+    as slices (no gather in the traced program), one of more than TAKE_MAX_RUNS runs as the gather."""
     from wuji_jax import geometry as geo
 
     x = np.arange(7 * 5 * 4, dtype=np.float64).reshape(7, 5, 4)
@@ -352,6 +352,9 @@ def test_take_matches_numpy_indexing():
         np.testing.assert_array_equal(np.asarray(got), want)
     jaxpr = str(jax.make_jaxpr(lambda v: geo.take(v, [[4, 0, 1], [2, 3, 3]], 1))(jnp.asarray(x)))
     assert "gather" not in jaxpr
+    many = np.arange(geo.TAKE_MAX_RUNS + 1)[::-1] % 7  # every index a run of its own
+    np.testing.assert_array_equal(np.asarray(geo.take(jnp.asarray(x), many, 0)), x[many])
+    assert "gather" in str(jax.make_jaxpr(lambda v: geo.take(v, many, 0))(jnp.asarray(x)))
     np.testing.assert_array_equal(np.asarray(geo.take(jnp.asarray(x), [-1, 0], 0)), x[[-1, 0]])
     assert geo.take(jnp.asarray(x), np.zeros((0,), int), 1).shape == (7, 0, 4)
     with pytest.raises(IndexError, match="index 5 out of range for axis 1 of size 5"):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "total", "contract", "take", "summing", "REDUCE", "sincos", "atan2", "dot", "cross", "triple", "unit", "matvec", "matTvec", "matmul", "skew",
+    "total", "contract", "take", "TAKE_MAX_RUNS", "summing", "REDUCE", "sincos", "atan2", "dot", "cross", "triple", "unit", "matvec", "matTvec", "matmul", "skew",
     "rodrigues", "so3_exp", "rpy_to_matrix", "matrix_to_quaternion",
 ]
 
@@ -165,16 +165,21 @@ def contract(a, b, axis):
     return out
 
 
+#: :func:`take` writes an index array of at most this many runs of consecutive indices as slices
+TAKE_MAX_RUNS = 8
+
+
 def take(x, idx, axis: int):
     """``x`` indexed along ``axis`` by a static integer array ``idx`` (any shape; its axes replace
-    ``axis``), as slices of ``idx``'s runs of consecutive indices, concatenated: the values of
-    ``jnp.take(x, idx, axis)``, without a gather.
+    ``axis``): the values of ``x[..., idx, ...]``. Where ``idx`` is at most :data:`TAKE_MAX_RUNS`
+    runs of consecutive indices, as slices of the runs, concatenated; else as the gather.
 
-    The kernels' index arrays are constants of the model's chains. As gathers, XLA:CPU ran them
-    slower: ``wj.forward_keypoints`` made 0.99 / 0.52 / 1.19M keypoint sets/s at 1,000 / 4,096 /
-    10,000 frames with gathers, 1.17 / 1.23 / 1.63M with these slices (medians of 5 alternating
-    processes, 2-core AMD EPYC, jaxlib 0.10.2). The solver's results are the same, bit for bit, and
-    its speed did not change beyond the noise.
+    The kernels' index arrays are constants of the model's chains. XLA:CPU ran the few-run ones
+    faster as slices: ``wj.forward_keypoints`` made 0.85-0.99 / 0.52-0.54 / 0.88-1.49M keypoint
+    sets/s at 1,000 / 4,096 / 10,000 frames with gathers everywhere, 1.43-2.22 / 1.48-1.52 /
+    2.07-2.31M with this (3 alternating processes, 2-core AMD EPYC, jaxlib 0.10.2). Every index array
+    as slices made the solver's program 438 fusions instead of 323 (1 frame) and slower to compile;
+    with this rule it has 325. The results are the same, bit for bit.
     """
     idx = np.asarray(idx)
     axis = axis % x.ndim
@@ -185,6 +190,8 @@ def take(x, idx, axis: int):
                          f"for axis {axis} of size {size}")
     if not flat.size:
         return jnp.zeros(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+    if 1 + np.count_nonzero(np.diff(flat) != 1) > TAKE_MAX_RUNS:
+        return x[(slice(None),) * axis + (idx,)]
     parts, i = [], 0
     while i < flat.size:
         j = i
