@@ -29,7 +29,7 @@ from . import geometry as geo
 from .model import ACTIVE, MIMIC, HandModel
 
 __all__ = ["Chains", "ChainParams", "chains_of", "chain_params", "link_angles", "coupled_rows", "fk",
-           "fk_variables", "keypoints21"]
+           "fk_variables", "keypoints21", "map_chunks"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: one object per topology (cached)
@@ -364,3 +364,21 @@ def keypoints21(ch: Chains, kp):
     B = kp.shape[-1]
     rows = jnp.concatenate([kp.reshape(3, ch.K * ch.G, B), jnp.zeros((3, 1, B), kp.dtype)], 1)
     return geo.take(rows, ch.kp_slot, 1)
+
+
+def map_chunks(fn, rows: tuple, chunk: int):
+    """``fn(*rows)`` over equal chunks of at most ``chunk`` frames (``lax.map``): ``rows`` are pytrees
+    whose leaves have a leading frame axis ``B`` (padded with copies of the last frame to a multiple
+    of the chunk, the padding dropped from the result); chunk ``j`` holds frames ``j, j + n, …``:
+    where the frames are split over devices, every chunk is too."""
+    leaves, tree = jax.tree_util.tree_flatten(rows)
+    B = leaves[0].shape[0]
+    if B <= chunk:
+        return fn(*rows)
+    n = -(-B // chunk)
+    size = -(-B // n)
+    pad = n * size - B
+    leaves = [jnp.concatenate([a, jnp.broadcast_to(a[-1:], (pad,) + a.shape[1:])]) if pad else a for a in leaves]
+    leaves = [jnp.swapaxes(a.reshape((size, n) + a.shape[1:]), 0, 1) for a in leaves]
+    out = jax.lax.map(lambda ls: fn(*jax.tree_util.tree_unflatten(tree, ls)), leaves)
+    return jax.tree_util.tree_map(lambda v: jnp.swapaxes(v, 0, 1).reshape((n * size,) + v.shape[2:])[:B], out)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import geometry as geo
-from .chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles
+from .chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles, map_chunks
 from .model import ACTIVE, MIMIC, HandModel
 
 __all__ = ["LinkFrames", "forward_kinematics", "forward_keypoints", "coupled_angles", "full_angles",
@@ -51,6 +51,18 @@ def check_angles(hand: HandModel, q) -> jax.Array:
     return q
 
 
+#: frames :func:`forward_keypoints` computes at a time on a CPU: a larger batch loops over chunks of
+#: about this size, whose intermediates stay in the caches (other devices take the batch whole). On a
+#: 2-core AMD EPYC (jaxlib 0.10.2), keypoint sets/s whole / in chunks of 2,048: 0.70M / 2.0-2.4M at
+#: 10^5 frames, 0.50M / 1.7-1.9M at 10^6. The chunks also keep clear of a fault of XLA:CPU in jaxlib
+#: 0.10.2 (not 0.6.1): ``jax.grad`` called outside ``jax.jit`` came out wrong for programs over larger
+#: arrays (here from about 2,500 frames; ``tests/test_kinematics.py`` checks 4,096).
+FK_CHUNK_FRAMES = 2048
+#: the same for :func:`forward_kinematics`, whose arrays hold all 21 links: its gradient outside
+#: ``jax.jit`` was wrong from 512 frames per program with jaxlib 0.10.2, right at 256
+LINK_CHUNK_FRAMES = 256
+
+
 @jax.jit
 def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
     """All link frames in the wrist (root) frame.
@@ -64,9 +76,23 @@ def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
     """
     q = check_angles(hand, q)
     hand = hand.astype(q.dtype)
-    batch = q.shape[:-1]
-    qT = q.reshape(-1, hand.num_joints).T  # (n, B)
+    batch, L = q.shape[:-1], hand.num_links
+    rows = q.reshape(-1, hand.num_joints)
+    frames = map_chunks(lambda qs: _link_frames(hand, qs), (rows,), _chunk_frames(rows.shape[0], LINK_CHUNK_FRAMES))
+    return LinkFrames(rotations=frames.rotations.reshape(batch + (L, 3, 3)),
+                      positions=frames.positions.reshape(batch + (L, 3)))
+
+
+def _chunk_frames(frames: int, cpu_chunk: int) -> int:
+    """Frames computed at a time: ``cpu_chunk`` on a CPU, else all ``frames``."""
+    return cpu_chunk if jax.default_backend() == "cpu" else max(frames, 1)
+
+
+def _link_frames(hand: HandModel, rows) -> LinkFrames:
+    """:func:`forward_kinematics` of ``rows (B, n)``: ``rotations (B, L, 3, 3)``, ``positions (B, L, 3)``."""
+    qT = rows.T  # (n, B)
     B, L = qT.shape[1], hand.num_links
+    q = rows
     # each link's angle in [q, coupled, 0] (fixed links: 0, which makes Rodrigues' factor the identity)
     ext = jnp.concatenate([qT, coupled_rows(hand, qT), jnp.zeros((1, B), q.dtype)])
     n, M = hand.num_joints, len(hand.mimic_sources)
@@ -84,8 +110,7 @@ def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
         Rp = R[:, :, par]
         P = P.at[:, idx].set(P[:, par] + geo.matvec(Rp, xyz[:, idx]))
         R = R.at[:, :, idx].set(geo.matmul(Rp, local[:, :, idx]))
-    return LinkFrames(rotations=jnp.transpose(R, (3, 2, 0, 1)).reshape(batch + (L, 3, 3)),
-                      positions=jnp.transpose(P, (2, 1, 0)).reshape(batch + (L, 3)))
+    return LinkFrames(rotations=jnp.transpose(R, (3, 2, 0, 1)), positions=jnp.transpose(P, (2, 1, 0)))
 
 
 def _levels(parents) -> list[np.ndarray]:
@@ -112,10 +137,16 @@ def forward_keypoints(hand: HandModel, q: jax.Array) -> jax.Array:
     q = check_angles(hand, q)
     hand = hand.astype(q.dtype)
     batch = q.shape[:-1]
-    qT = q.reshape(-1, hand.num_joints).T  # (n, B)
     ch = chains_of(hand)
-    kp, _ = fk(chain_params(hand, ch), ch, link_angles(ch, qT, coupled_rows(hand, qT)), jacobian=False)
-    return jnp.transpose(keypoints21(ch, kp), (2, 1, 0)).reshape(batch + (21, 3))
+    params = chain_params(hand, ch)
+
+    def rows(qs):  # (C, n) -> (C, 21, 3)
+        qT = qs.T
+        kp, _ = fk(params, ch, link_angles(ch, qT, coupled_rows(hand, qT)), jacobian=False)
+        return jnp.transpose(keypoints21(ch, kp), (2, 1, 0))
+
+    flat = q.reshape(-1, hand.num_joints)
+    return map_chunks(rows, (flat,), _chunk_frames(flat.shape[0], FK_CHUNK_FRAMES)).reshape(batch + (21, 3))
 
 
 @jax.jit

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import geometry as geo
 from ..cache import array_sharding, cached_program, compile_side_by_side, program_path, quick_compile_options
-from ..chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles
+from ..chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles, map_chunks
 from ..devices import split_over_devices
 from ..kinematics import check_angles
 from ..landmarks import check_landmarks, detect_side
@@ -236,24 +236,6 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     inputs may compile them as two programs side by side (:func:`staged_program`)."""
     start = start_rows(hand, landmarks, weights, q0, config, warm)
     return fit_rows(hand, landmarks, weights, q0, config, start)
-
-
-def map_chunks(fn, rows: tuple, chunk: int):
-    """``fn(*rows)`` over equal chunks of at most ``chunk`` frames (``lax.map``): ``rows`` are pytrees
-    whose leaves have a leading frame axis ``B`` (padded with copies of the last frame to a multiple
-    of the chunk, the padding dropped from the result); chunk ``j`` holds frames ``j, j + n, …``:
-    where the frames are split over devices, every chunk is too."""
-    leaves, tree = jax.tree_util.tree_flatten(rows)
-    B = leaves[0].shape[0]
-    if B <= chunk:
-        return fn(*rows)
-    n = -(-B // chunk)
-    size = -(-B // n)
-    pad = n * size - B
-    leaves = [jnp.concatenate([a, jnp.broadcast_to(a[-1:], (pad,) + a.shape[1:])]) if pad else a for a in leaves]
-    leaves = [jnp.swapaxes(a.reshape((size, n) + a.shape[1:]), 0, 1) for a in leaves]
-    out = jax.lax.map(lambda ls: fn(*jax.tree_util.tree_unflatten(tree, ls)), leaves)
-    return jax.tree_util.tree_map(lambda v: jnp.swapaxes(v, 0, 1).reshape((n * size,) + v.shape[2:])[:B], out)
 
 
 def map_first_chunks(fn, rows: tuple, chunk: int, count):
@@ -766,19 +748,25 @@ def _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights
     batch = q.shape[:-1]
     flat = lambda a, tail: jnp.broadcast_to(jnp.asarray(a, dtype), batch + tail).reshape((-1,) + tail)  # noqa: E731
     lm = flat(landmarks, (21, 3))
-    finite = jnp.all(jnp.isfinite(lm), -1)
     w = jnp.ones(lm.shape[:2], dtype) if weights is None else flat(weights, (21,))
-    w = jnp.where(finite, w, 0.0).T
-    y = jnp.transpose(jnp.where(finite[..., None], lm, 0.0), (2, 1, 0))
-    qT = flat(q, (hand.num_joints,)).T
-    prior = neutral_angles(hand) if q_prior is None else q_prior
-    prob = _problem(hand, ch, y, w, flat(prior, (hand.num_joints,)).T, soft)
-    rot = coupled_rows(hand, qT) if coupled is None else flat(coupled, (len(hand.mimic_sources),)).T
-    x = Variables(qT, rot if soft else jnp.zeros((0, qT.shape[1]), dtype), jnp.transpose(flat(rotation, (3, 3)), (1, 2, 0)),
-                  flat(translation, (3,)).T, flat(log_scale, ()))
-    st = Structure(ch, soft)
-    kp = keypoints(hand, st, chain_params(hand, ch), x)
-    return cost(hand, x, kp, prob, config, soft).reshape(batch)
+    prior = flat(neutral_angles(hand) if q_prior is None else q_prior, (hand.num_joints,))
+    rows = (flat(q, (hand.num_joints,)), flat(rotation, (3, 3)), flat(translation, (3,)), flat(log_scale, ()), lm, w,
+            prior, None if coupled is None else flat(coupled, (len(hand.mimic_sources),)))
+    params, st = chain_params(hand, ch), Structure(ch, soft)
+
+    def cost_rows(q, rotation, translation, log_scale, lm, w, prior, coupled):  # flat rows -> (B,)
+        finite = jnp.all(jnp.isfinite(lm), -1)
+        y = jnp.transpose(jnp.where(finite[..., None], lm, 0.0), (2, 1, 0))
+        prob = _problem(hand, ch, y, jnp.where(finite, w, 0.0).T, prior.T, soft)
+        qT = q.T
+        rot = coupled_rows(hand, qT) if coupled is None else coupled.T
+        x = Variables(qT, rot if soft else jnp.zeros((0, qT.shape[1]), dtype), jnp.transpose(rotation, (1, 2, 0)),
+                      translation.T, log_scale)
+        return cost(hand, x, keypoints(hand, st, params, x), prob, config, soft)
+
+    # in the solver's chunks: a program over larger arrays had wrong gradients outside jax.jit with
+    # jaxlib 0.10.2's XLA:CPU (4,096 float32 frames: as large as the gradient itself; right at 256)
+    return map_chunks(cost_rows, rows, _chunk(None)).reshape(batch)
 
 
 @functools.lru_cache(maxsize=1)
