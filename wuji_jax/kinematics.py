@@ -92,9 +92,8 @@ def _link_frames(hand: HandModel, rows) -> LinkFrames:
     """:func:`forward_kinematics` of ``rows (B, n)``: ``rotations (B, L, 3, 3)``, ``positions (B, L, 3)``."""
     qT = rows.T  # (n, B)
     B, L = qT.shape[1], hand.num_links
-    q = rows
     # each link's angle in [q, coupled, 0] (fixed links: 0, which makes Rodrigues' factor the identity)
-    ext = jnp.concatenate([qT, coupled_rows(hand, qT), jnp.zeros((1, B), q.dtype)])
+    ext = jnp.concatenate([qT, coupled_rows(hand, qT), jnp.zeros((1, B), rows.dtype)])
     n, M = hand.num_joints, len(hand.mimic_sources)
     angle = np.array([hand.q_index[i] if k == ACTIVE else n + hand.mimic_index[i] if k == MIMIC else n + M
                       for i, k in enumerate(hand.kinds)])
@@ -103,8 +102,8 @@ def _link_frames(hand: HandModel, rows) -> LinkFrames:
                        geo.rodrigues(hand.axis.T[..., None], s, c))  # (3, 3, L, B): O · Rot(axis, θ)
     xyz = hand.origin_xyz.T[..., None]  # (3, L, 1)
     # the tree walked level by level: every link of one depth below the root in one array step
-    R = jnp.broadcast_to(jnp.eye(3, dtype=q.dtype)[:, :, None, None], (3, 3, L, B))
-    P = jnp.zeros((3, L, B), q.dtype)
+    R = jnp.broadcast_to(jnp.eye(3, dtype=rows.dtype)[:, :, None, None], (3, 3, L, B))
+    P = jnp.zeros((3, L, B), rows.dtype)
     for idx in _levels(hand.parents):
         par = np.asarray(hand.parents)[idx]
         Rp = R[:, :, par]
