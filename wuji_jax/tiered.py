@@ -401,11 +401,6 @@ def _shaped(e):
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def _program(jaxpr) -> _Program:
-    return _Program(jaxpr)
-
-
 def _step_function(e):
     """The function of one equation's inputs that computes its outputs."""
     name, params = e.primitive.name, dict(e.params)
@@ -413,7 +408,7 @@ def _step_function(e):
     if shaped is not None:
         return shaped
     if name == "while":
-        cond, body = _program(params["cond_jaxpr"]), _program(params["body_jaxpr"])
+        cond, body = _Program(params["cond_jaxpr"]), _Program(params["body_jaxpr"])
         nc, nb = params["cond_nconsts"], params["body_nconsts"]
 
         def run_while(*a):
@@ -423,7 +418,7 @@ def _step_function(e):
             return carry
         return run_while
     if name == "scan":
-        body = _program(params["jaxpr"])
+        body = _Program(params["jaxpr"])
         nconst, ncarry, length, reverse = params["num_consts"], params["num_carry"], params["length"], params["reverse"]
 
         def run_scan(*a):
@@ -440,13 +435,13 @@ def _step_function(e):
             return list(carry) + stacked
         return run_scan
     if name == "cond":
-        branches = [_program(b) for b in params["branches"]]
+        branches = [_Program(b) for b in params["branches"]]
 
         def run_cond(index, *ops):
             return branches[min(max(int(index), 0), len(branches) - 1)](*ops)
         return run_cond
     if name == "shard_map":
-        return _shard_map(_program(params["jaxpr"]), params["mesh"], params["in_specs"], params["out_specs"])
+        return _shard_map(_Program(params["jaxpr"]), params["mesh"], params["in_specs"], params["out_specs"])
     if name in ("optimization_barrier", "device_put"):  # values unchanged (a device_put's copy is the host's)
         return (lambda *a: list(a)) if e.primitive.multiple_results else (lambda a, **_: a)
     if name in _PLAIN:
@@ -511,7 +506,10 @@ def evaluate(jaxpr, *args) -> list:
     """The outputs (a list of numpy arrays) of ``jaxpr`` (a ``ClosedJaxpr``, e.g. ``jax.make_jaxpr(f)(*xs)``
     or ``jax.jit(f).trace(*xs).jaxpr``) on ``args``, the flat inputs, computed op by op with numpy.
     Raises :class:`Unsupported` for a primitive it does not know (before computing anything)."""
-    program = _program(jaxpr)
+    return _run(_Program(jaxpr), args)
+
+
+def _run(program: _Program, args) -> list:
     with np.errstate(all="ignore"):  # IEEE results (inf, NaN) as XLA's, without numpy's warnings
         return [np.asarray(r) for r in program(*[np.asarray(a) for a in args])]
 
@@ -559,6 +557,7 @@ class Tiered:
         self.jaxpr = traced.jaxpr
         self.out_tree = jax.tree_util.tree_structure(traced.out_info, is_leaf=_is_spec)  # (out_tree: jax ≥ 0.7)
         self._compiled, self._error, self._thread = None, None, None
+        self._steps = None  # the jaxpr's numpy program, made on the first numpy call, dropped once compiled
         self._numpy_ok = enabled() if tiered is None else tiered
         options = compiler_options or None
         if not self._numpy_ok:
@@ -603,7 +602,9 @@ class Tiered:
         try:
             if len(leaves) != len(self.jaxpr.jaxpr.invars):  # (a jax that passes constants as inputs)
                 raise Unsupported(f"{len(self.jaxpr.jaxpr.invars)} jaxpr inputs for {len(leaves)} arguments")
-            return jax.tree_util.tree_unflatten(self.out_tree, evaluate(self.jaxpr, *leaves))
+            if self._steps is None:
+                self._steps = _Program(self.jaxpr)
+            return jax.tree_util.tree_unflatten(self.out_tree, _run(self._steps, leaves))
         except Unsupported:
             self._numpy_ok = False
             return None
@@ -620,6 +621,6 @@ class Tiered:
                 if out is not None:
                     return out
             program = self.compiled  # raises the compilation's error, if any
-            self._thread = None
+            self._thread, self._steps = None, None
             return program(*args)
         return self._compiled(*args)
