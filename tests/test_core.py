@@ -223,7 +223,7 @@ assert np.abs(g - one).max() < 1e-5
 def test_landmark_loss_gradient_of_a_large_batch_matches_single_frames():
     """jax.grad, outside jax.jit, of landmark_loss over 4,096 float32 frames equals each frame's own
     gradient (jaxlib 0.10.2's XLA:CPU got it wrong over the whole batch in one program, by as much as
-    the gradient; it is computed in the solver's chunks). In a child process with float64 off, as a
+    the gradient; it is computed in chunks of FK_CHUNK_FRAMES). In a child process with float64 off, as a
     user runs it (this suite turns jax_enable_x64 on, and then the program differs)."""
     import os
     import subprocess
