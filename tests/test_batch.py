@@ -445,7 +445,10 @@ _MULTI = textwrap.dedent("""
     import numpy as np
     from wuji_jax import batch
     assert len(jax.local_devices()) == 4, jax.local_devices()
-    k = batch._Kernel(__import__("wuji_jax").SolverConfig(iterations=5), jax.local_devices(), 64, np.float64)
+    # the kernel solve_dataset makes below for this job (300 frames, a small job: batches of 64 rows,
+    # quick compile options), so that its program, compiled here, is the one the job runs
+    k = batch._Kernel(__import__("wuji_jax").SolverConfig(iterations=5), jax.local_devices(), 64, np.float64,
+                      quick=batch._quick_job(300))
     outs = k.dispatch("right", np.load(sys.argv[1])[:64], True)
     a = outs[0]["angles"]
     assert all(len(v.sharding.device_set) == 4 for v in outs[0].values()), a.sharding
@@ -453,6 +456,7 @@ _MULTI = textwrap.dedent("""
     s = batch.solve_dataset(sys.argv[1], sys.argv[2], chunk_size=64, iterations=5, progress=False,
                             plot=False)
     assert len(s["devices"]) == 4, s["devices"]
+    assert len(batch._PROGRAMS) == 1, list(batch._PROGRAMS)  # the job ran the program checked above
     print("frames", s["frames"])
 """)
 
