@@ -69,12 +69,13 @@ def test_sequence_filter_smooths_noise_and_stays_in_limits(right):
 
 
 def test_missing_frame_holds_previous_angles(right):
-    q, y = trajectory(n=1, seed=2)
+    q, y = trajectory(n=2, seed=2)  # two sequences, as the tests above: their compiled program
     y = y.copy()
     y[0, 10] = np.nan
     res = wj.solve_sequence(right, y)
     assert not bool(res.valid[0, 10])
     np.testing.assert_allclose(np.asarray(res.angles)[0, 10], np.asarray(res.angles)[0, 9], atol=1e-7)
+    assert np.all(np.asarray(res.valid)[1])  # the other sequence: every frame solved
 
 
 def test_calibration_lowers_the_residual_on_real_data(right):
