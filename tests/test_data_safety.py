@@ -258,7 +258,10 @@ def test_a_truncated_part_is_solved_again(tmp_path, world, monkeypatch):
 def test_max_frames_limits_each_file_at_the_cli(tmp_path, world, capsys):
     src = _npy(tmp_path / "long.npy", world[:30])
     out = tmp_path / "o.parquet"
-    assert main(["solve", src, "-o", str(out), "--max-frames", "10", "--quiet", "--no-plot"]) == 1
+    # the module's solver settings throughout: a run that fails still starts making its program (in a
+    # thread, before it reads a frame), so that other settings would compile one no run here uses
+    assert main(["solve", src, "-o", str(out), "--max-frames", "10", "--chunk-size", "64", "--iterations", "5",
+                 "--quiet", "--no-plot"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "long.npy" in err and "--max-frames" in err
     assert not out.exists() and not Path(str(out) + ".parts").exists()
@@ -272,7 +275,8 @@ def test_max_frames_limits_each_file_at_the_cli(tmp_path, world, capsys):
 def test_unit_errors_name_an_option_that_exists(tmp_path, world, capsys):
     mm = _npy(tmp_path / "mm.npy", world[:20] * 1000)
     out = tmp_path / "o.parquet"
-    assert main(["solve", mm, "-o", str(out), "--quiet", "--no-plot"]) == 1
+    assert main(["solve", mm, "-o", str(out), "--chunk-size", "64", "--iterations", "5", "--quiet",
+                 "--no-plot"]) == 1  # the settings of the run below: no program made for nothing
     err = capsys.readouterr().err.strip()
     assert "millimetres" in err and "--no-unit-check" in err and err.count("\n") == 0
     assert main(["solve", mm, "-o", str(out), "--no-unit-check", "--chunk-size", "64", "--iterations", "5",
@@ -292,7 +296,8 @@ def test_fifo_symlink_loop_and_foreign_jsonl_are_one_line_errors(tmp_path, capsy
     foreign = tmp_path / "other_schema.jsonl"
     foreign.write_text('{"time": 0.0, "points": [1, 2, 3]}\n')
     for path, words in ((fifo, "not a regular file"), (loop, "no such file"), (foreign, "no 'landmarks'")):
-        assert main(["solve", str(path), "-o", str(tmp_path / "o.parquet"), "--quiet", "--no-plot"]) == 1
+        assert main(["solve", str(path), "-o", str(tmp_path / "o.parquet"), "--chunk-size", "64", "--iterations",
+                     "5", "--quiet", "--no-plot"]) == 1  # the module's solver settings (its one program)
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and str(path) in err and words in err, err
 
