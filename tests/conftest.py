@@ -39,20 +39,21 @@ def left():
 
 # The order in which pytest-xdist hands out the test files (pyproject.toml: --dist loadfile with
 # --no-loadscope-reorder gives them out in this order as the two workers free up): longest first, so
-# that the two workers finish together, with two exceptions for the compilation cache they share.
-# Seconds of test time per file in a 2-worker run of the suite on a 2-core CPU (junit, before this
-# order): ray 127, notebooks 65, solver 65, kinematics 52, gradients 46, batch 45, core 41, tiered 38,
-# sequence_calibration 37, devices 35, cache 18, viewer 13, inspire 11, realtime 9, video 7, the rest
-# under 6 each. tiered, viewer and video were missing here (handed out last, after the short files).
+# that the two workers finish together, with moves for the compilation cache the workers share (a
+# program one worker is still compiling is compiled again by the other). Seconds of test time per file
+# in a 2-worker run of the suite on a 2-core CPU (junit, 592 s in all, 304 s wall): ray 130, notebooks
+# 61, solver 48, kinematics 46, tiered 40, batch 39, core 38, gradients 34, sequence_calibration 30,
+# devices 25, inspire 25, cache 22, chain 18, viewer 12, realtime 9, video 6, the rest under 3 each.
 # * batch goes second: its first test compiles the dataset runner's small-job program (float64, one
-#   device, 64 rows), which test_ray's fresh-run test (a minute into ray on the other worker) then
-#   reads from the cache instead of compiling it again.
-# * solver before notebooks: 03_learning's kernel (float64) reads the 64-frame solver programs
-#   test_solver compiled.
+#   device, 64 rows), which test_ray's fresh-run test (a minute into ray on the other worker) reads.
+# * solver before notebooks: 03_learning's kernel (float64) reads the 64-frame solver programs.
+# * realtime, then inspire, then chain, each handed out well after the one before: they compile the
+#   same FrameSolver, to_inspire and solve_sequence programs (inspire 10 s and chain 5 s after
+#   realtime on one worker; inspire 25 s and chain 18 s when inspire and chain ran side by side).
 # The short files come last; the last ones leave no compilation running when they end (a worker waits
 # for those before it exits).
 _LONGEST_FIRST = ("ray", "batch", "solver", "notebooks", "kinematics", "gradients", "core", "tiered", "devices",
-                  "sequence_calibration", "cache", "viewer", "inspire", "realtime", "chain", "video", "overlay",
+                  "realtime", "sequence_calibration", "inspire", "cache", "viewer", "video", "chain", "overlay",
                   "data_safety", "cli_pose", "io", "viz", "model")
 
 
