@@ -419,6 +419,38 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     assert not (tmp_path / "a.parquet.parts").exists() and not (tmp_path / "a.parquet").exists()
 
 
+def test_a_program_two_runs_ask_for_at_once_is_made_once(world, monkeypatch):
+    """Two kernels of one configuration that make their program at the same time (a failed run's
+    preload still going when the next run starts) make it once: the second waits for the first and
+    runs its program."""
+    import time
+
+    import jax
+
+    made = []
+    real_make = batch._Kernel._make
+
+    def slow_make(self, *a):
+        made.append(self)
+        time.sleep(0.5)  # long enough that the other kernel asks while this one makes it
+        return real_make(self, *a)
+
+    monkeypatch.setattr(batch._Kernel, "_make", slow_make)
+    monkeypatch.setattr(batch, "_PROGRAMS", {})
+    monkeypatch.setattr(batch, "_MAKING", {})
+    config = wj.SolverConfig(iterations=FAST["iterations"])
+    kernels = [batch._Kernel(config, jax.devices()[:1], FAST["chunk_size"], np.float64, quick=True)
+               for _ in range(2)]
+    for k in kernels:
+        k.preload(True)
+    for k in kernels:
+        k.wait()
+    assert len(made) == 1 and len(batch._PROGRAMS) == 1
+    got = [k.collect(k.dispatch("right", world[:5], True), 5) for k in kernels]
+    np.testing.assert_array_equal(got[0]["angles"], got[1]["angles"])
+    np.testing.assert_allclose(got[0]["angles"], _reference("right", world[:5])["angles"], atol=1e-9)
+
+
 def test_side_auto_per_file(tmp_path, world):
     right = _npy(tmp_path / "r.npy", world[:100])
     left = _npy(tmp_path / "l.npy", world[100:150] * np.array([-1.0, 1.0, 1.0]))  # mirrored: a left hand

@@ -448,6 +448,10 @@ def _with_inspire(hand, out: dict) -> dict:
 
 
 _PROGRAMS: dict[tuple, Any] = {}  # the dataset runner's compiled solver programs, per configuration (_Kernel.program)
+#: one lock per program key: a run that asks for a program another thread of this process is still
+#: making (a failed run's preload, which goes on after the run stopped) waits for it instead of making it too
+_MAKING: dict[tuple, threading.Lock] = {}
+_MAKING_LOCK = threading.Lock()
 
 
 class _Kernel:
@@ -541,20 +545,30 @@ class _Kernel:
         once per process and configuration), compiled or read from the persistent compilation cache.
         ``lowered_hook`` is called once its Python part (tracing, lowering) is done."""
         key = (inspire,) + self._shape_key()
-        if key not in _PROGRAMS:
-            name = "solve_inspire" if inspire else "solve_chunked"
-            if self.options:  # a quick job: its two stages, each lowered and compiled in threads of their own
-                if lowered_hook is not None:
-                    lowered_hook()
-                _PROGRAMS[key] = self.staged(inspire, name, args)
-            else:
-                lowered = cached_program(self.kernel(inspire), name, *args).lower(*args)
-                if lowered_hook is not None:
-                    lowered_hook()
-                _PROGRAMS[key] = lowered.compile()
-        elif lowered_hook is not None:
+        program = _PROGRAMS.get(key)
+        if program is None:
+            with _MAKING_LOCK:
+                making = _MAKING.setdefault(key, threading.Lock())
+            with making:  # made once per process, however many runs ask for it at the same time
+                program = _PROGRAMS.get(key)
+                if program is None:
+                    program = _PROGRAMS[key] = self._make(inspire, args, lowered_hook)
+                    return program
+        if lowered_hook is not None:
             lowered_hook()
-        return _PROGRAMS[key]
+        return program
+
+    def _make(self, inspire: bool, args: tuple, lowered_hook):
+        """:meth:`program`'s compilation (or reading from the cache), done once per key."""
+        name = "solve_inspire" if inspire else "solve_chunked"
+        if self.options:  # a quick job: its two stages, each lowered and compiled in threads of their own
+            if lowered_hook is not None:
+                lowered_hook()
+            return self.staged(inspire, name, args)
+        lowered = cached_program(self.kernel(inspire), name, *args).lower(*args)
+        if lowered_hook is not None:
+            lowered_hook()
+        return lowered.compile()
 
     def preload(self, inspire: bool, lowered_hook=None) -> None:
         """Start making :meth:`program` in a thread of its own, so that its compilation, or its
