@@ -64,4 +64,9 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_unconfigure(config):
     if _OWN_CACHE and not hasattr(config, "workerinput"):
+        import sys
+
+        tiered = sys.modules.get("wuji_jax.tiered")
+        if tiered is not None:  # a run without workers (-n 0): its background compilations write to the cache
+            tiered.wait()
         shutil.rmtree(os.environ["WUJI_JAX_TEST_XLA_CACHE"], ignore_errors=True)
