@@ -29,7 +29,7 @@ from . import geometry as geo
 from .model import ACTIVE, MIMIC, HandModel
 
 __all__ = ["Chains", "ChainParams", "chains_of", "chain_params", "link_angles", "coupled_rows", "fk",
-           "fk_variables", "keypoints21", "map_chunks"]
+           "fk_variables", "keypoints21", "map_chunks", "cpu_chunk"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: one object per topology (cached)
@@ -382,3 +382,9 @@ def map_chunks(fn, rows: tuple, chunk: int):
     leaves = [jnp.swapaxes(a.reshape((size, n) + a.shape[1:]), 0, 1) for a in leaves]
     out = jax.lax.map(lambda ls: fn(*jax.tree_util.tree_unflatten(tree, ls)), leaves)
     return jax.tree_util.tree_map(lambda v: jnp.swapaxes(v, 0, 1).reshape((n * size,) + v.shape[2:])[:B], out)
+
+
+def cpu_chunk(frames: int, chunk: int) -> int:
+    """The chunk :func:`map_chunks` takes for ``frames`` frames: ``chunk`` where JAX's default backend
+    is the CPU (intermediates that stay in the caches), else all ``frames`` at once."""
+    return chunk if jax.default_backend() == "cpu" else max(frames, 1)

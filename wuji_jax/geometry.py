@@ -190,15 +190,10 @@ def take(x, idx, axis: int):
                          f"for axis {axis} of size {size}")
     if not flat.size:
         return jnp.zeros(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
-    if 1 + np.count_nonzero(np.diff(flat) != 1) > TAKE_MAX_RUNS:
+    runs = np.split(flat, np.flatnonzero(np.diff(flat) != 1) + 1)  # consecutive indices
+    if len(runs) > TAKE_MAX_RUNS:
         return x[(slice(None),) * axis + (idx,)]
-    parts, i = [], 0
-    while i < flat.size:
-        j = i
-        while j + 1 < flat.size and flat[j + 1] == flat[j] + 1:
-            j += 1
-        parts.append(jax.lax.slice_in_dim(x, int(flat[i]), int(flat[j]) + 1, axis=axis))
-        i = j + 1
+    parts = [jax.lax.slice_in_dim(x, int(r[0]), int(r[-1]) + 1, axis=axis) for r in runs]
     out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis)
     return out.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import geometry as geo
-from .chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles, map_chunks
+from .chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
 from .model import ACTIVE, MIMIC, HandModel
 
 __all__ = ["LinkFrames", "forward_kinematics", "forward_keypoints", "coupled_angles", "full_angles",
@@ -78,14 +78,9 @@ def forward_kinematics(hand: HandModel, q: jax.Array) -> LinkFrames:
     hand = hand.astype(q.dtype)
     batch, L = q.shape[:-1], hand.num_links
     rows = q.reshape(-1, hand.num_joints)
-    frames = map_chunks(lambda qs: _link_frames(hand, qs), (rows,), _chunk_frames(rows.shape[0], LINK_CHUNK_FRAMES))
+    frames = map_chunks(lambda qs: _link_frames(hand, qs), (rows,), cpu_chunk(rows.shape[0], LINK_CHUNK_FRAMES))
     return LinkFrames(rotations=frames.rotations.reshape(batch + (L, 3, 3)),
                       positions=frames.positions.reshape(batch + (L, 3)))
-
-
-def _chunk_frames(frames: int, cpu_chunk: int) -> int:
-    """Frames computed at a time: ``cpu_chunk`` on a CPU, else all ``frames``."""
-    return cpu_chunk if jax.default_backend() == "cpu" else max(frames, 1)
 
 
 def _link_frames(hand: HandModel, rows) -> LinkFrames:
@@ -145,7 +140,7 @@ def forward_keypoints(hand: HandModel, q: jax.Array) -> jax.Array:
         return jnp.transpose(keypoints21(ch, kp), (2, 1, 0))
 
     flat = q.reshape(-1, hand.num_joints)
-    return map_chunks(rows, (flat,), _chunk_frames(flat.shape[0], FK_CHUNK_FRAMES)).reshape(batch + (21, 3))
+    return map_chunks(rows, (flat,), cpu_chunk(flat.shape[0], FK_CHUNK_FRAMES)).reshape(batch + (21, 3))
 
 
 @jax.jit

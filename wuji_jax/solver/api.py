@@ -35,9 +35,9 @@ import numpy as np
 
 from .. import geometry as geo
 from ..cache import array_sharding, cached_program, compile_side_by_side, program_path, quick_compile_options
-from ..chains import chain_params, chains_of, coupled_rows, fk, keypoints21, link_angles, map_chunks
+from ..chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
 from ..devices import split_over_devices
-from ..kinematics import FK_CHUNK_FRAMES, _chunk_frames, check_angles
+from ..kinematics import FK_CHUNK_FRAMES, check_angles
 from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
 from ..tiered import Tiered
@@ -767,7 +767,7 @@ def _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights
     # in chunks of FK_CHUNK_FRAMES on a CPU: a program over more frames had wrong gradients outside
     # jax.jit with jaxlib 0.10.2's XLA:CPU (3,000 float32 frames: as large as the gradient itself;
     # right at 2,048), as forward_keypoints' (smaller chunks made calibrate's steps 3.6x slower)
-    return map_chunks(cost_rows, rows, _chunk_frames(lm.shape[0], FK_CHUNK_FRAMES)).reshape(batch)
+    return map_chunks(cost_rows, rows, cpu_chunk(lm.shape[0], FK_CHUNK_FRAMES)).reshape(batch)
 
 
 @functools.lru_cache(maxsize=1)
