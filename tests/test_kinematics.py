@@ -136,6 +136,10 @@ def test_gradient_through_model_leaves(right):
 
 
 
+def _link_loss(frames):
+    return jnp.sum(frames.positions ** 2) + jnp.sum(frames.rotations)
+
+
 def test_large_batch_gradients_match_single_frames(right):
     """jax.grad, outside jax.jit, of forward_keypoints over 4,096 float32 frames and of
     forward_kinematics over 512 equals each frame's own gradient: XLA:CPU of jaxlib 0.10.2 computed
@@ -144,8 +148,7 @@ def test_large_batch_gradients_match_single_frames(right):
     LINK_CHUNK_FRAMES)."""
     q = random_q(4096, 11).astype(np.float32)
     for f, frames in ((lambda x: jnp.sum(wj.forward_keypoints(right, x) ** 2), 4096),
-                      (lambda x: jnp.sum(wj.forward_kinematics(right, x).positions ** 2)
-                       + jnp.sum(wj.forward_kinematics(right, x).rotations), 512)):
+                      (lambda x: _link_loss(wj.forward_kinematics(right, x)), 512)):
         idx = [0, frames // 2, frames - 1]
         g = np.asarray(jax.grad(f)(jnp.asarray(q[:frames])))[idx]
         one = np.stack([np.asarray(jax.grad(f)(jnp.asarray(q[i:i + 1])))[0] for i in idx])
