@@ -93,11 +93,12 @@ SCRIPTS = {
     "gpu": "bench_gpu.py",
     "latency": "bench_latency.py",
     "gradient": "bench_gradient.py",
+    "stages": "bench_stages.py",
 }
 #: the result files written in the current layout by scripts of the current solver; the others in
 #: ``results/`` (ik, gpu, batch, latency, and ``-partial`` robustness runs) are left out
 CURRENT_FORMAT = ("core", "vs_dexi", "pipeline", "parquet_rss", "robustness", "robustness-quick", "ray", "fk", "vs_dexret",
-                  "gpu", "gradient")
+                  "gpu", "gradient", "stages")
 #: results without a recorded commit count only when measured after this commit: "LM keeps the angles within their limits" (defaults: 5 iterations, tolerance 1e-3)
 #: (the solver's current defaults, after the core rebuild d6f9a4d)
 SOLVER_SINCE = "92f0815"
@@ -618,6 +619,33 @@ def sec_gradient(book: Results, detail: bool) -> str:
     return "\n\n".join(out)
 
 
+def sec_stages(book: Results, detail: bool) -> str:
+    out = ["**Where the time goes**: the solver's stages at the default settings on one CPU device, µs per "
+           "frame of a batch (the fit's rows at most 0, 1, … LM iterations: one iteration is the step between "
+           "two rows, taken between the fastest repeats), and the kernels XLA runs for one `FrameSolver` frame."]
+    for r in book.of("stages"):
+        b = lambda k: get(r, "batch." + k, book)  # noqa: E731
+        f = lambda k: get(r, "frame_solver." + k, book)  # noqa: E731
+        out.append(book.cite(r, f", on `{get(r, 'data')}` ({count(b('frames'))} frames, chunks of "
+                                f"{count(b('chunk_frames'))})"))
+        rows = [["closed-form start (`start_chunked`)", f_(b("start_us_per_frame"), ".2f"),
+                 f_(b("start_us_per_frame_min"), ".2f")]]
+        for fit in b("fit") or []:
+            k = fit.get("iterations")
+            rows.append([f"fit (`fit_chunked`), at most {k} LM iteration{'' if k == 1 else 's'}",
+                         f_(fit.get("us_per_frame"), ".2f"), f_(fit.get("us_per_frame_min"), ".2f")])
+        rows.append(["one LM iteration", f_(b("lm_iteration_us_per_frame_median"), ".2f"), DASH])
+        out.append(table(["stage", "µs a frame, median", "fastest"], rows))
+        hist = b("iterations_histogram") or []
+        out.append(f"Iterations per frame at the defaults: {', '.join(f'{n:,} frames {i}' for i, n in enumerate(hist) if n)}. "
+                   f"One warm `FrameSolver` frame: {ms(f('median_ms'))} ms, {count(f('kernels_in_program'))} kernels "
+                   f"in its program, {count(round(f('kernels_executed_per_frame') or 0))} executed a frame "
+                   f"({f_(f('us_per_executed_kernel'), '.3f')} µs each).")
+    if len(out) == 1:
+        out.append(book.absent(["stages"], "bench_stages.py"))
+    return "\n\n".join(out)
+
+
 def sec_robustness(book: Results, detail: bool) -> str:
     out = ["**Robustness**: hostile frames through `wj.solve`, malformed files through the CLI."]
     for r in book.of("robustness", "robustness-quick"):
@@ -892,7 +920,7 @@ def bench_region(book: Results) -> str:
         "names its file, script and machine); the same figures, shorter, are the README's \"Numbers\". After a "
         "benchmark run: `PYTHONPATH=. python benchmarks/make_docs.py --tables-only`.",
         h(sec_first_answer(book, True)), h(sec_accuracy(book, True)), h(sec_speed(book, True)),
-        h(sec_gradient(book, True)), h(sec_vs_dexi(book, True)), h(sec_pipeline(book, True)),
+        h(sec_stages(book, True)), h(sec_gradient(book, True)), h(sec_vs_dexi(book, True)), h(sec_pipeline(book, True)),
         h(sec_parquet_rss(book, True)), h(sec_robustness(book, True)),
         h(sec_ray(book, True)), h(sec_gpu(book, True)), h(sec_fk(book, True)), h(sec_vs_dexret(book, True)), h(sec_status(book)),
     ]
