@@ -57,10 +57,12 @@ frame, :func:`wuji_jax.solve` on up to 64 frames, a ``wuji-jax solve`` job of up
 :data:`wuji_jax.batch.QUICK_JOB_FRAMES` frames), spends far longer compiling than running. For those
 XLA:CPU is given :func:`quick_compile_options`: its older fusion code generator
 (``xla_cpu_use_fusion_emitters=False``, a documented XLA option, passed through JAX's public
-``compiler_options``), which compiles the solver in about half the time. Measured on a 2-core AMD
-EPYC (jaxlib 0.10.2), in the same process: the 1-frame program 6.7 → 4.6 s to compile, same run
-time (0.66 ms); the 64-frame program 9.6 → 6.4 s, running 5.9 → 6.7 ms; the 256-frame program
-9.2 → 6.3 s, running 15.2 → 16.3 ms. The fit is the same to float32 rounding (angles within 1.5e-5 rad
+``compiler_options``), which compiles the solver in about 60 % of the time. Measured on a 2-core AMD
+EPYC (jaxlib 0.10.2, 2026-12-07), each program in two fresh processes per setting, XLA's defaults →
+quick (the machine's speed varied between runs): ``FrameSolver``'s one-frame kernel 5.8–6.7 → 3.5 s to
+compile, a warm frame 0.38–0.44 → 0.27 ms; :func:`~wuji_jax.solver.api.solve_chunked` on 64 frames
+8.1–10.0 → 5.1–5.3 s, running 1.7–1.9 → 1.7–2.9 ms; on 256 frames 8.3–9.1 → 5.3 s, running
+5.2–9.8 → 6.5–7.7 ms. The fit is the same to float32 rounding (angles within 1.5e-5 rad
 on the 621 frames of ``dexret_human_joint_right``). Large batches and jobs keep XLA's defaults: there
 the run time counts. ``WUJI_JAX_QUICK_COMPILE=0`` turns this off; a jaxlib that does not know the
 option compiles with its defaults.
