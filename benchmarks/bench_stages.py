@@ -62,25 +62,24 @@ def batch_stages(hand, y: np.ndarray, repeats: int) -> dict:
     cfg = api.config_arrays(wj.SolverConfig(), np.float32)  # traced numbers: one program for every count
     t_start = time_fn(start, h, Y, W, Q0, cfg, repeats=repeats)
     s = start(h, Y, W, Q0, cfg)
-    per_frame = lambda t: t.median / len(y) * 1e6  # noqa: E731
+    us = lambda seconds: round(seconds / len(y) * 1e6, 3)  # noqa: E731 (µs a frame)
     fits = []
     for k in range(default + 1):
         ck = api.config_arrays(wj.SolverConfig(iterations=k), np.float32)
         t = time_fn(fit, h, Y, W, Q0, ck, s, repeats=repeats)
-        fits.append({"iterations": k, "us_per_frame": round(per_frame(t), 3),
-                     "us_per_frame_min": round(t.min / len(y) * 1e6, 3)})
-        print(f"  fit, at most {k} LM iteration{'' if k == 1 else 's'}: {per_frame(t):6.2f} us/frame (min {fits[-1]['us_per_frame_min']:.2f})",
-              flush=True)
+        fits.append({"iterations": k, "us_per_frame": us(t.median), "us_per_frame_min": us(t.min)})
+        print(f"  fit, at most {k} LM iteration{'' if k == 1 else 's'}: {us(t.median):6.2f} us/frame "
+              f"(min {us(t.min):.2f})", flush=True)
     its = np.asarray(fit(h, Y, W, Q0, cfg, s)["iterations"])
     # an iteration's cost from the fastest calls (the medians of a shared machine take bursts of others' work)
     steps = [b["us_per_frame_min"] - a["us_per_frame_min"] for a, b in zip(fits, fits[1:])]
     out = {
         "frames": len(y), "chunk_frames": api.CHUNK_FRAMES,
-        "start_us_per_frame": round(per_frame(t_start), 3), "start_us_per_frame_min": round(t_start.min / len(y) * 1e6, 3),
+        "start_us_per_frame": us(t_start.median), "start_us_per_frame_min": us(t_start.min),
         "fit": fits,
         "lm_iteration_us_per_frame_median": round(float(np.median(steps)), 3) if steps else None,
         "fit_without_iterations_us_per_frame": fits[0]["us_per_frame"],
-        "default_total_us_per_frame": round(per_frame(t_start) + fits[-1]["us_per_frame"], 3),
+        "default_total_us_per_frame": us(t_start.median + t.median),
         "iterations_histogram": np.bincount(its, minlength=default + 1).tolist(),
     }
     print(f"  start {out['start_us_per_frame']:.2f} us/frame (min {out['start_us_per_frame_min']:.2f}); fit without iterations "
