@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Inputs (npy split in three blocks, parquet in two, csv in one, a corrupt npy) and the
-    single-machine reference table."""
+    single-machine reference table; the two-device reference (:func:`ref2`) is started in a child
+    process first, so that it is solved while this process solves the one-device one."""
     d = tmp_path_factory.mktemp("ray_inputs")
     world = wio.load_landmarks(sample_landmarks_path()).world
     np.save(d / "a.npy", world[:300])
@@ -50,18 +51,22 @@ def data(tmp_path_factory):
     wio.write_landmarks(d / "b.parquet", world[300:450], timestamps=np.arange(150) / 30.0)
     wio.write_landmarks(d / "c.csv", world[450:500])
     files = [str(d / n) for n in ("a.npy", "bad.npy", "b.parquet", "c.csv")]
-    ref = d / "reference.parquet"
-    summary = solve_dataset(files, ref, devices=1, on_error="skip", progress=False, **SETTINGS)
     # the suite's compilation cache (tests/conftest.py), where this process may have left the program
     cache = os.environ.get("WUJI_JAX_TEST_XLA_CACHE") or str(tmp_path_factory.mktemp("xla"))
-    return {"files": files, "ref": ref, "summary": summary, "cache": cache}
+    ref2 = _start_ref2(files, d / "reference2.parquet", cache)
+    try:
+        ref = d / "reference.parquet"
+        summary = solve_dataset(files, ref, devices=1, on_error="skip", progress=False, **SETTINGS)
+        yield {"files": files, "ref": ref, "summary": summary, "cache": cache, "ref2": ref2}
+    finally:
+        if ref2["proc"].poll() is None:
+            ref2["proc"].kill()
+        ref2["proc"].communicate()
 
 
-@pytest.fixture(scope="module")
-def ref2(data):
-    """The reference on two CPU devices (``solve_dataset(devices=2)``, in a process of two CPU devices,
-    its program left in the workers' cache folder)."""
-    out = Path(data["ref"]).with_name("reference2.parquet")
+def _start_ref2(files: list[str], out: Path, cache: str) -> dict:
+    """Start ``solve_dataset(files, out, devices=2)`` in a child process of two CPU devices (its program
+    left in the workers' cache folder)."""
     code = ("import json, sys, wuji_jax as wj\n"
             "from wuji_jax.batch import solve_dataset\n"
             "wj.enable_compilation_cache(sys.argv[1])\n"
@@ -73,10 +78,19 @@ def ref2(data):
     env = dict(os.environ, JAX_NUM_CPU_DEVICES="2", JAX_PLATFORMS="cpu", WUJI_JAX_NO_CACHE="0",
                JAX_ENABLE_X64="1" if jax.config.jax_enable_x64 else "0",  # the dtype of this process's runs
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-c", code, data["cache"], json.dumps(data["files"]), str(out)], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return {"ref": out, "summary": json.loads(r.stdout.strip().splitlines()[-1])}
+    proc = subprocess.Popen([sys.executable, "-c", code, cache, json.dumps(files), str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return {"proc": proc, "out": out}
+
+
+@pytest.fixture(scope="module")
+def ref2(data):
+    """The reference on two CPU devices (``solve_dataset(devices=2)``), from the child process
+    :func:`data` started."""
+    proc = data["ref2"]["proc"]
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    return {"ref": data["ref2"]["out"], "summary": json.loads(stdout.strip().splitlines()[-1])}
 
 
 @pytest.fixture(scope="module")
@@ -160,19 +174,17 @@ def test_a_fresh_run_of_known_size_writes_its_table_as_blocks_arrive(cluster, da
 
 
 @needs_ray
-def test_worker_killed_mid_job_gives_identical_output(cluster, data, tmp_path):
+def test_worker_killed_mid_job_gives_identical_output_and_a_resume_solves_only_the_missing_blocks(cluster, data,
+                                                                                                   tmp_path):
+    """A worker dies mid-job (os._exit after solving a chunk): Ray retries its block and the table is
+    identical. Then, as if a run had died before one block: the rerun solves that block only and
+    writes the same bytes."""
     marker = tmp_path / "crashed"
     out = tmp_path / "angles.parquet"
-    s = _solve(cluster, data, out, _crash_once=marker)
-    assert marker.exists()  # a worker did die (os._exit) after solving a chunk; Ray retried its block
+    first = _solve(cluster, data, out, keep_parts=True, _crash_once=marker)
+    assert marker.exists()  # a worker did die; Ray retried its block
     _same_table(out, data["ref"])
-    _same_summary(s, data["summary"])
-
-
-@needs_ray
-def test_resume_solves_only_the_missing_blocks(cluster, data, tmp_path):
-    out = tmp_path / "angles.parquet"
-    first = _solve(cluster, data, out, keep_parts=True)
+    _same_summary(first, data["summary"])
     table = out.read_bytes()
     parts = sorted((tmp_path / "angles.parquet.parts").glob("chunk_*.npz"))
     assert len(parts) == 3 + 2 + 1
@@ -220,16 +232,11 @@ def _node_ports(ports: list[int]) -> list[str]:
 def _stop_session(p: subprocess.Popen) -> None:
     """Stop a ``ray start --block`` started in its own session, and everything it started (by the
     session id: `ray stop` would stop every Ray on the machine)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            p.wait(timeout=5)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    try:  # nothing of a test cluster needs a graceful stop (its temp folder is removed after)
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait(timeout=30)
     for proc in Path("/proc").iterdir() if Path("/proc").is_dir() else ():  # workers: own groups, same session
         try:
             if proc.name.isdigit() and os.getsid(int(proc.name)) == p.pid:
