@@ -1,5 +1,12 @@
 """FrameSolver: one frame at a time. Round trips against the seed-table FK, the same fit as wj.solve
-(field by field, types and shapes), masks and warm starts, and each input error."""
+(field by field, types and shapes), masks and warm starts, and each input error.
+
+The tests run inside :func:`wuji_jax.tiered.numpy_only`: their frames are answered by the numpy tier
+(the first answers a user gets) and nothing compiles in the background. They used to start three
+FrameSolver kernels and a warm-start batch program compiling (12.9-13.8 s each in the suite) that
+the tests ended before using. The last test compiles the default kernel and holds its answers
+against the numpy tier's, frame by frame.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +14,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
+from wuji_jax import tiered
 from seed_table import LOWER, UPPER, reference_keypoints
 from test_solver import synthetic
 
@@ -14,6 +22,15 @@ from test_solver import synthetic
 @pytest.fixture(scope="module")
 def solver(right):
     return wj.FrameSolver(right)
+
+
+@pytest.fixture(autouse=True)
+def _numpy_answers(request):
+    if request.node.name == "test_the_compiled_kernel_answers_as_the_numpy_tier":
+        yield
+        return
+    with tiered.numpy_only():
+        yield
 
 
 def test_round_trip_one_frame_at_a_time(solver):
@@ -120,3 +137,23 @@ def test_float64(right):
     assert res.angles.dtype == np.float64 and res.keypoints.dtype == np.float64
     np.testing.assert_allclose(res.angles, q[0], atol=2e-4)
     assert res.residual < 2e-6
+
+
+def test_the_compiled_kernel_answers_as_the_numpy_tier(solver):
+    """The round trip's frames through the compiled default kernel (the one after the first answers)
+    against the numpy tier's answers: the same flags and validity, angles and fit to float32 rounding
+    (the bounds of tests/test_tiered.py)."""
+    q, y, *_ = synthetic(12, seed=21)
+    frames = y.astype(np.float32)
+    with tiered.numpy_only():
+        first = [solver(frame) for frame in frames]
+    solver(frames[0])  # outside the block: the kernel starts compiling
+    tiered.wait()
+    compiled = [solver(frame) for frame in frames]
+    for a, b in zip(first, compiled):
+        assert int(a.flags) == int(b.flags) and bool(a.valid) == bool(b.valid)
+        np.testing.assert_allclose(a.angles, b.angles, atol=5e-5)
+        np.testing.assert_allclose(a.keypoints, b.keypoints, atol=2e-6)
+        np.testing.assert_allclose(a.residual, b.residual, atol=1e-7)
+        np.testing.assert_allclose(a.scale, b.scale, rtol=1e-5)
+    np.testing.assert_allclose(np.stack([r.angles for r in compiled]), q, atol=2e-4)

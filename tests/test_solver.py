@@ -386,9 +386,11 @@ def test_float32_atan2_matches_numpy():
 def test_accelerator_path_slices_one_transfer_like_the_host_path(right):
     """On an accelerator ``wj.solve`` moves the batch to the device once and slices its chunks there
     (run here on the CPU device with 64-frame chunks): the same answers as the host path, frame by
-    frame, padding and order included. (Its solves are answered by the programs' jaxprs in numpy while
-    they compile, :mod:`wuji_jax.tiered`: this checks the chunking, padding and order, not XLA's code.
-    Waiting for the compiled programs made this file 68 s instead of 50 s.)"""
+    frame, padding and order included. (Its solves are answered by the programs' jaxprs in numpy,
+    inside :func:`wuji_jax.tiered.numpy_only`: this checks the chunking, padding and order, not XLA's
+    code. Waiting for the compiled programs made this file 68 s instead of 50 s; compiling them in the
+    background, unused, took 16.9 s of a CPU core in the suite.)"""
+    from wuji_jax import tiered
     from wuji_jax.solver import api
 
     q, y, *_ = synthetic(150, seed=9)  # float64
@@ -396,8 +398,9 @@ def test_accelerator_path_slices_one_transfer_like_the_host_path(right):
     q0 = np.broadcast_to(np.asarray(api.neutral_angles(right), np.float64), (150, 20))
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float64)
     hand = right.replace(name="", side="")
-    dev = api._solve_bucketed(hand, y, w, q0, cfg, False, platform="gpu", chunk=64)
-    host = api._solve_bucketed(hand, y, w, q0, cfg, False, platform="cpu", chunk=64)
+    with tiered.numpy_only():
+        dev = api._solve_bucketed(hand, y, w, q0, cfg, False, platform="gpu", chunk=64)
+        host = api._solve_bucketed(hand, y, w, q0, cfg, False, platform="cpu", chunk=64)
     assert dev.angles.shape == (150, 20)
     np.testing.assert_allclose(np.asarray(dev.angles), np.asarray(host.angles), atol=1e-6)
     np.testing.assert_allclose(np.asarray(dev.residual), np.asarray(host.residual), atol=1e-7)

@@ -137,6 +137,54 @@ def test_without_the_numpy_tier_the_program_is_compiled_at_once(monkeypatch):
     assert isinstance(made(X), jax.Array)
 
 
+def test_numpy_only_starts_no_compilation_until_a_call_outside_needs_it():
+    """Inside numpy_only a program answers in numpy and compiles nothing; its first call after the
+    block starts the compilation (answering in numpy meanwhile), and later calls run the compiled
+    program; ``compiled`` inside the block compiles at once."""
+    f = lambda x: jnp.cos(x) * 2 + x  # noqa: E731
+    want = np.cos(X) * 2 + X
+    before = tiered.compiling()
+    with tiered.numpy_only():
+        made = tiered.Tiered(f, X)
+        for _ in range(3):
+            out = made(X)
+            assert isinstance(out, np.ndarray)
+            np.testing.assert_allclose(out, want, rtol=1e-6)
+        assert not made.ready and tiered.compiling() == before and not made._thread.is_alive()
+    out = made(X)  # outside: the compilation starts now; this answer is numpy's or the compiled one's
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6)
+    made.compiled  # noqa: B018 (waits)
+    assert made.ready and isinstance(made(X), jax.Array)
+    with tiered.numpy_only():
+        other = tiered.Tiered(lambda x: jnp.sin(x) - x, X)
+        program = other.compiled  # asked for: compiled now, inside the block too
+        np.testing.assert_allclose(np.asarray(program(X)), np.sin(X) - X, rtol=1e-6)
+        assert other.ready and isinstance(other(X), jax.Array)
+
+
+def test_numpy_only_compiles_what_numpy_cannot_run():
+    with tiered.numpy_only():
+        made = tiered.Tiered(lambda x: jnp.sort(x, 1) * 2, X)
+        out = made(X)  # sort: no numpy tier, so the compiled program, compiled and waited for here
+    assert isinstance(out, jax.Array)
+    np.testing.assert_allclose(np.asarray(out), np.sort(X, 1) * 2)
+
+
+def test_numpy_only_keeps_solve_and_frame_solver_from_compiling(right):
+    """wj.solve and FrameSolver inside the block: numpy answers, nothing compiling in the background
+    (the answers themselves are held against the compiled programs by the tests above and below)."""
+    import wuji_jax as wj
+
+    y = _sample(3)
+    before = tiered.compiling()
+    with tiered.numpy_only():
+        res = wj.solve(right.astype(jnp.float32), y)
+        frame = wj.FrameSolver(right)(y[0])
+        assert tiered.compiling() == before
+    assert res.angles.shape == (3, 20)
+    np.testing.assert_allclose(frame.angles, np.asarray(res.angles[0]), atol=1e-5)
+
+
 def _sample(frames):
     from wuji_jax import batch
 

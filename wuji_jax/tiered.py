@@ -18,13 +18,15 @@ off: every call then waits for the compiled program.
 ``gather``/``scatter``, reductions, ``while``/``scan``/``cond``, nested ``jit`` and custom derivative
 rules, ``dot_general``, ``shard_map`` without collectives). A program with another primitive raises :class:`Unsupported`, and
 :class:`Tiered` then waits for the compiled program: a missing primitive costs time, never a wrong
-answer. Only JAX's public API is read: ``ClosedJaxpr``, equations' primitive names and parameters,
+answer. Inside :func:`numpy_only` a program answers in numpy and starts no compilation until a call
+outside the block needs it: for a few calls whose compiled program would go unused. Only JAX's public API is read: ``ClosedJaxpr``, equations' primitive names and parameters,
 variables' ``aval``.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import itertools
 import os
@@ -33,7 +35,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["evaluate", "Unsupported", "Tiered", "ENV_TIERED", "enabled", "compiling", "wait"]
+__all__ = ["evaluate", "Unsupported", "Tiered", "ENV_TIERED", "enabled", "compiling", "wait", "numpy_only"]
 
 #: environment variable: ``0`` turns the numpy tier off (every call waits for the compiled program)
 ENV_TIERED = "WUJI_JAX_TIERED"
@@ -532,6 +534,28 @@ def wait() -> None:
         thread.join()
 
 
+_holding = 0  # open numpy_only blocks (process-wide)
+
+
+@contextlib.contextmanager
+def numpy_only():
+    """Inside the block, :class:`Tiered` programs (``solve``'s chunks, ``FrameSolver``'s frames) answer
+    in numpy and start no compilation: for a few calls whose compiled program would go unused (a
+    check of some answers, a script that solves a handful of frames and exits), where XLA would
+    otherwise take a CPU core for seconds in the background, and the process would wait for it at exit.
+
+    A program first called inside the block starts compiling at its first call after it (answering in
+    numpy meanwhile, as ever); :attr:`Tiered.compiled` compiles it at once, and a program the numpy tier
+    cannot run is compiled and waited for, as outside. Where the numpy tier is off
+    (``WUJI_JAX_TIERED=0``) the block changes nothing. Process-wide, for the block's duration."""
+    global _holding
+    _holding += 1
+    try:
+        yield
+    finally:
+        _holding -= 1
+
+
 def _is_spec(x) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
@@ -556,7 +580,7 @@ class Tiered:
         traced = jax.jit(fn).trace(*args)
         self.jaxpr = traced.jaxpr
         self.out_tree = jax.tree_util.tree_structure(traced.out_info, is_leaf=_is_spec)  # (out_tree: jax ≥ 0.7)
-        self._compiled, self._error, self._thread = None, None, None
+        self._compiled, self._error, self._thread, self._held = None, None, None, False
         self._steps = None  # the jaxpr's numpy program, made on the first numpy call, dropped once compiled
         self._numpy_ok = enabled() if tiered is None else tiered
         options = compiler_options or None
@@ -573,18 +597,27 @@ class Tiered:
                 _pending.discard(threading.current_thread())
 
         self._thread = threading.Thread(target=work, name="wuji_jax-compile", daemon=True)
+        self._held = bool(_holding)  # inside numpy_only: the thread starts when a call outside needs it
+        if not self._held:
+            self._start()
+
+    def _start(self) -> None:
+        self._held = False
         _pending.add(self._thread)
         self._thread.start()
 
     @property
     def ready(self) -> bool:
         """The compiled program is made (or failed)."""
-        return self._thread is None or not self._thread.is_alive()
+        return self._thread is None or (not self._held and not self._thread.is_alive())
 
     @property
     def compiled(self):
-        """The compiled program (``jax.stages.Compiled``), waiting for it if need be."""
+        """The compiled program (``jax.stages.Compiled``), waiting for it if need be (compiling it now
+        where :func:`numpy_only` held it back)."""
         if self._thread is not None:
+            if self._held:
+                self._start()
             self._thread.join()
         if self._error is not None:
             raise self._error
@@ -616,7 +649,9 @@ class Tiered:
 
     def __call__(self, *args):
         if self._thread is not None:  # (None: compiled, the plain call below)
-            if self._thread.is_alive():
+            if self._held and not _holding:  # first called inside numpy_only, now needed outside it
+                self._start()
+            if self._held or self._thread.is_alive():
                 out = self.numpy(*args)
                 if out is not None:
                     return out
