@@ -143,14 +143,14 @@ def test_numpy_only_starts_no_compilation_until_a_call_outside_needs_it():
     program; ``compiled`` inside the block compiles at once."""
     f = lambda x: jnp.cos(x) * 2 + x  # noqa: E731
     want = np.cos(X) * 2 + X
-    before = tiered.compiling()
+    before = tiered.compiling()  # (a compilation an earlier test started may end meanwhile: <=)
     with tiered.numpy_only():
         made = tiered.Tiered(f, X)
         for _ in range(3):
             out = made(X)
             assert isinstance(out, np.ndarray)
             np.testing.assert_allclose(out, want, rtol=1e-6)
-        assert not made.ready and tiered.compiling() == before and not made._thread.is_alive()
+        assert not made.ready and tiered.compiling() <= before and not made._thread.is_alive()
     out = made(X)  # outside: the compilation starts now; this answer is numpy's or the compiled one's
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6)
     made.compiled  # noqa: B018 (waits)
@@ -180,7 +180,7 @@ def test_numpy_only_keeps_solve_and_frame_solver_from_compiling(right):
     with tiered.numpy_only():
         res = wj.solve(right.astype(jnp.float32), y)
         frame = wj.FrameSolver(right)(y[0])
-        assert tiered.compiling() == before
+        assert tiered.compiling() <= before
     assert res.angles.shape == (3, 20)
     np.testing.assert_allclose(frame.angles, np.asarray(res.angles[0]), atol=1e-5)
 
