@@ -159,6 +159,13 @@ def test_text_files_are_bounded_by_their_size(tmp_path, world):
     assert batch._most_frames([tmp_path / "real.csv", tmp_path / "b.npy"], [None, 10]) == real + 10
     # a missing file solves nothing (it fails when its turn comes); a folder of images has no count
     assert batch._most_frames([tmp_path / "missing.npy", tmp_path / "b.npy"], [None, 10]) == 10
+    # an .npy whose header cannot be read: its raw bytes bound it (and it fails when its turn comes)
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"\x93NUMPY not really" + bytes(63 * 40))
+    assert batch._count_frames(bad) is None
+    assert 40 <= batch._most_frames([bad, tmp_path / "b.npy"], [None, 10]) - 10 <= 41
+    np.save(tmp_path / "c.npy", np.zeros((30, 21, 3), np.int8))  # the smallest values: a byte each
+    assert os.path.getsize(tmp_path / "c.npy") // 63 >= 30
     (tmp_path / "frames").mkdir()
     assert batch._most_frames([tmp_path / "frames"], [None]) is None and not batch._quick_job(None)
 

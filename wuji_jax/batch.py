@@ -300,16 +300,18 @@ def _total_frames(counts: Sequence[int | None]) -> int | None:
     return sum(counts) if all(c is not None for c in counts) else None
 
 
-#: the fewest bytes a frame takes in a text file, whose frames are not counted before reading it: a CSV
+#: the fewest bytes a frame takes in a file whose frames are not counted before reading it: a CSV
 #: row has the header's 63 or more fields (62 separators and a line end), a JSONL line is at least
-#: ``{"world":null}`` and its line end, a ``.json`` frame at least ``null`` and a comma
-_MIN_FRAME_BYTES = {".csv": 63, ".tsv": 63, ".jsonl": 15, ".ndjson": 15, ".json": 5}
+#: ``{"world":null}`` and its line end, a ``.json`` frame at least ``null`` and a comma; an ``.npy``
+#: whose header cannot be read (it fails when its turn comes) holds raw values, a byte or more each
+_MIN_FRAME_BYTES = {".csv": 63, ".tsv": 63, ".jsonl": 15, ".ndjson": 15, ".json": 5, ".npy": 63}
 
 
 def _most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | None:
     """At most how many frames ``files`` hold, to decide whether a job is small (:func:`_quick_job`):
-    their ``counts`` (:func:`_count_frames`) where known; a CSV's or JSONL's size over the fewest bytes
-    a frame takes (:data:`_MIN_FRAME_BYTES`; a 70-frame CSV of 79 kB is at most 1,254 frames); a
+    their ``counts`` (:func:`_count_frames`) where known; a CSV's, JSONL's or unreadable ``.npy``'s size
+    over the fewest bytes a frame takes (:data:`_MIN_FRAME_BYTES`; a 70-frame CSV of 79 kB is at most
+    1,254 frames: so a corrupt file among small ones leaves the job small); a
     video's frame count as its container states it (:func:`_stated_video_frames`; a container may
     miscount, and then only the compile options are those of the other size); 0 for a path that does
     not exist (it fails when its turn comes, solving nothing); None where a file gives no figure (a
