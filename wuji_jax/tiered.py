@@ -19,8 +19,8 @@ off: every call then waits for the compiled program.
 rules, ``dot_general``, ``shard_map`` without collectives). A program with another primitive raises :class:`Unsupported`, and
 :class:`Tiered` then waits for the compiled program: a missing primitive costs time, never a wrong
 answer. Inside :func:`numpy_only` a program answers in numpy and starts no compilation until a call
-outside the block needs it: for a few calls whose compiled program would go unused. Only JAX's public API is read: ``ClosedJaxpr``, equations' primitive names and parameters,
-variables' ``aval``.
+outside the block needs it: for a few calls whose compiled program would go unused. Only JAX's
+public API is read: ``ClosedJaxpr``, equations' primitive names and parameters, variables' ``aval``.
 """
 
 from __future__ import annotations
@@ -580,7 +580,7 @@ class Tiered:
         traced = jax.jit(fn).trace(*args)
         self.jaxpr = traced.jaxpr
         self.out_tree = jax.tree_util.tree_structure(traced.out_info, is_leaf=_is_spec)  # (out_tree: jax ≥ 0.7)
-        self._compiled, self._error, self._thread, self._held = None, None, None, False
+        self._compiled, self._error, self._thread = None, None, None
         self._steps = None  # the jaxpr's numpy program, made on the first numpy call, dropped once compiled
         self._numpy_ok = enabled() if tiered is None else tiered
         options = compiler_options or None
@@ -597,12 +597,15 @@ class Tiered:
                 _pending.discard(threading.current_thread())
 
         self._thread = threading.Thread(target=work, name="wuji_jax-compile", daemon=True)
-        self._held = bool(_holding)  # inside numpy_only: the thread starts when a call outside needs it
-        if not self._held:
+        if not _holding:  # inside numpy_only: the thread starts when a call outside the block needs it
             self._start()
 
+    @property
+    def _held(self) -> bool:
+        """The compilation is held back (:func:`numpy_only`): its thread is made, not started."""
+        return self._thread is not None and self._thread.ident is None
+
     def _start(self) -> None:
-        self._held = False
         _pending.add(self._thread)
         self._thread.start()
 
