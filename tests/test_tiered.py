@@ -162,6 +162,34 @@ def test_numpy_only_starts_no_compilation_until_a_call_outside_needs_it():
         assert other.ready and isinstance(other(X), jax.Array)
 
 
+def test_a_held_program_needed_by_several_threads_at_once_compiles_once():
+    """A program first called inside numpy_only, then called by four threads at once after it (and
+    asked for ``compiled``): its compilation starts once (a thread started twice raised, and the
+    process aborted), every answer is right."""
+    import threading
+
+    f = lambda x: jnp.tanh(x) * 3 - x  # noqa: E731
+    want = np.tanh(X) * 3 - X
+    with tiered.numpy_only():
+        made = tiered.Tiered(f, X)
+        made(X)
+    start, outs = threading.Barrier(4), []
+
+    def call():
+        start.wait()
+        outs.append(np.asarray(made(X)))
+        outs.append(np.asarray(made.compiled(X)))
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outs) == 8
+    for out in outs:
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
 def test_numpy_only_compiles_what_numpy_cannot_run():
     with tiered.numpy_only():
         made = tiered.Tiered(lambda x: jnp.sort(x, 1) * 2, X)

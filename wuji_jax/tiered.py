@@ -535,6 +535,7 @@ def wait() -> None:
 
 
 _holding = 0  # open numpy_only blocks (process-wide)
+_starting = threading.Lock()  # a held compilation is started once, whichever thread needs it first
 
 
 @contextlib.contextmanager
@@ -606,8 +607,11 @@ class Tiered:
         return self._thread is not None and self._thread.ident is None
 
     def _start(self) -> None:
-        _pending.add(self._thread)
-        self._thread.start()
+        with _starting:
+            thread = self._thread
+            if thread is not None and thread.ident is None:  # not started yet (two threads may ask at once)
+                _pending.add(thread)
+                thread.start()
 
     @property
     def ready(self) -> bool:
@@ -619,8 +623,7 @@ class Tiered:
         """The compiled program (``jax.stages.Compiled``), waiting for it if need be (compiling it now
         where :func:`numpy_only` held it back)."""
         if self._thread is not None:
-            if self._held:
-                self._start()
+            self._start()
             self._thread.join()
         if self._error is not None:
             raise self._error
@@ -652,7 +655,7 @@ class Tiered:
 
     def __call__(self, *args):
         if self._thread is not None:  # (None: compiled, the plain call below)
-            if self._held and not _holding:  # first called inside numpy_only, now needed outside it
+            if not _holding and self._held:  # first called inside numpy_only, now needed outside it
                 self._start()
             if self._held or self._thread.is_alive():
                 out = self.numpy(*args)
