@@ -24,13 +24,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .cli_common import PROG, UsageError
+
 __all__ = ["main", "run", "verb", "build_parser", "UsageError"]
-
-PROG = "wuji-jax"
-
-
-class UsageError(ValueError):
-    """A bad command line or input value: reported as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -495,9 +491,7 @@ def _run_solve(args) -> int:
         raise UsageError(f"--cpus-per-worker {args.cpus_per_worker}: "
                          + ("must be >= 1" if args.ray is not None else "only with --ray (a Ray cluster's workers)"))
     if getattr(args, "ray", None) is not None:  # on a Ray cluster
-        from .ray_cluster import run_solve_cli
-
-        return run_solve_cli(args)
+        return _run_solve_ray(args)
     out = _solve_output(args)
 
     from . import io as wio
@@ -508,6 +502,37 @@ def _run_solve(args) -> int:
                       on_error=args.on_error, fps=args.fps, plot=not args.no_plot, check_units=not args.no_unit_check,
                       max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames)
     return _report_solve(args, s, "", "compilation")
+
+
+def _run_solve_ray(args) -> int:
+    """``wuji-jax solve ... --ray [ADDRESS]``: :func:`wuji_jax.ray_cluster.solve_dataset_ray` with the
+    verb's arguments (after the option checks of :func:`_run_solve`) and the same report."""
+    import os
+
+    from . import io as wio
+    from .ray_cluster import require_ray, solve_dataset_ray
+
+    address = args.ray.strip()
+    if not address:
+        raise UsageError("--ray: empty address (give none for a local cluster, 'auto', or HOST:PORT)")
+    if address not in ("local", "auto") and (Path(address).suffix.lower() in wio.DATA_EXTENSIONS
+                                             + wio.VIDEO_EXTENSIONS or os.path.exists(address)):
+        # `--ray IN.npy`: argparse gave the first input to --ray's optional ADDRESS
+        raise UsageError(f"--ray {address}: looks like an input file, not a cluster address; put --ray "
+                         "after the inputs, or write --ray=ADDRESS")
+    require_ray()
+    out = _solve_output(args)
+    s = solve_dataset_ray(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
+                          resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
+                          address=address, cpus_per_worker=args.cpus_per_worker, on_error="skip", fps=args.fps,
+                          plot=not args.no_plot, check_units=not args.no_unit_check,
+                          max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames,
+                          compilation_cache=getattr(args, "cache_dir", None)
+                          or (False if getattr(args, "no_cache", False) else None))
+    r = s["ray"]
+    where = (f" on {r['workers']} Ray worker{'s' if r['workers'] != 1 else ''} ({r['nodes']} node"
+             f"{'s' if r['nodes'] != 1 else ''})")
+    return _report_solve(args, s, where, "start-up")
 
 
 def _solve_inputs(args) -> list[str]:

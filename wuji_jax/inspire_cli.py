@@ -53,19 +53,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from .cli_common import UsageError
+
 __all__ = ["add_inspire_command", "run_inspire", "main"]
 
 _DEFAULT_FPS = 30.0
-
-
-def _usage_error(message: str) -> Exception:
-    # The main CLI reports its UsageError with exit status 2; imported late so that this module
-    # neither depends on nor circularly imports cli.py.
-    try:
-        from .cli import UsageError
-    except ImportError:
-        return ValueError(message)
-    return UsageError(message)
 
 
 def add_inspire_command(subparsers) -> argparse.ArgumentParser:
@@ -144,7 +136,7 @@ def _read_angles(path: str, hand, degrees: bool, prefix: str = ""):
     try:
         return read_angles(path, hand, degrees=degrees)
     except ValueError as e:
-        raise _usage_error(f"{prefix}{e}") from None
+        raise UsageError(f"{prefix}{e}") from None
     except OSError as e:
         raise OSError(f"{prefix}{e}") from None
 
@@ -157,15 +149,15 @@ def _one_source(table, wanted: str | None, option: str = "--source"):
     if wanted is None:
         if len(names) > 1:
             shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
-            raise _usage_error(f"{table.path}: holds the frames of {len(names)} recordings ({shown}); a command "
+            raise UsageError(f"{table.path}: holds the frames of {len(names)} recordings ({shown}); a command "
                                f"stream is one take: choose one with {option} FILE")
         return table
     if table.source is None:
-        raise _usage_error(f"{option} {wanted}: {table.path} has no 'source' column; drop {option}")
+        raise UsageError(f"{option} {wanted}: {table.path} has no 'source' column; drop {option}")
     hits = [n for n in names if wanted in (n, Path(n).name, Path(n).stem)]
     if len(hits) != 1:
         why = "matches none" if not hits else f"matches {len(hits)}"
-        raise _usage_error(f"{option} {wanted}: {why} of the recordings in {table.path} ({', '.join(names[:8])}); "
+        raise UsageError(f"{option} {wanted}: {why} of the recordings in {table.path} ({', '.join(names[:8])}); "
                            "give the full name")
     return table.rows(np.asarray(table.source) == hits[0])
 
@@ -186,13 +178,13 @@ def _invalid_rows(valid, describe, source: str, skip: bool, index=None):
     why = f" (flags: {flags})" if flags else ""
     if not skip:
         more = f" ({bad.size - 1} more invalid frame(s) in all)" if bad.size > 1 else ""
-        raise _usage_error(
+        raise UsageError(
             f"{source}: frame {row} is marked invalid by the solver{why}{more}; the command stream has no "
             "'valid' column, so invalid frames stop the run: pass --skip-invalid to leave them out (the "
             "others keep their times), or fix the recording"
         )
     if bad.size == len(valid):
-        raise _usage_error(f"{source}: every frame ({bad.size}) is marked invalid by the solver{why}; nothing "
+        raise UsageError(f"{source}: every frame ({bad.size}) is marked invalid by the solver{why}; nothing "
                            "to convert")
     print(f"note: {source}: left out {bad.size} frame(s) marked invalid by the solver (--skip-invalid)",
           file=sys.stderr)
@@ -223,11 +215,11 @@ def _check_angle_frames(q, hand, source: str, degrees: bool = False, index=None)
     more = int(bad.sum()) - 1
     also = f" ({more} more bad angle(s) in {len(frames)} frame(s) in all)" if more else ""
     if not np.isfinite(v):
-        raise _usage_error(
+        raise UsageError(
             f"{source}: frame {row}, joint {name}: angle is {read}{also}; remove or interpolate the frames "
             "without a valid measurement before converting"
         )
-    raise _usage_error(
+    raise UsageError(
         f"{source}: frame {row}, joint {name}: angle {read} is beyond the joint limits [{lo:.4g}, {hi:.4g}] rad "
         f"by more than {inspire.ANGLE_LIMIT_TOLERANCE:g} rad{also}; check the units (radians unless --degrees) "
         "and the joint order (seed ID order), or fix the frame"
@@ -258,11 +250,11 @@ def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0, 
     ):
         if mask.any():
             i = int(np.argmax(mask))
-            raise _usage_error(f"{source}: frame {row(i)}: timestamp {float(t[i])!r} s ({where}) {what}; {fix}")
+            raise UsageError(f"{source}: frame {row(i)}: timestamp {float(t[i])!r} s ({where}) {what}; {fix}")
     back = np.flatnonzero(np.diff(t) < 0)
     if back.size:
         i = int(back[0]) + 1
-        raise _usage_error(
+        raise UsageError(
             f"{source}: frame {row(i)}: timestamp {float(t[i])!r} s is before frame {row(i - 1)}'s "
             f"{float(t[i - 1])!r} s; "
             "timestamps must be non-decreasing (sort the frames, or pass --fps)"
@@ -276,7 +268,7 @@ def _solve(hand, landmarks):
 
     lm = np.asarray(landmarks, np.float64)
     if lm.shape[-2:] != (21, 3) or lm.ndim not in (2, 3):
-        raise _usage_error(f"--landmarks: expected shape (T, 21, 3) or (21, 3) in metres; got {lm.shape}")
+        raise UsageError(f"--landmarks: expected shape (T, 21, 3) or (21, 3) in metres; got {lm.shape}")
     solve_sequence = getattr(wuji_jax, "solve_sequence", None)
     solve = getattr(wuji_jax, "solve", None)
     if lm.ndim == 3 and lm.shape[0] > 1 and solve_sequence is not None:
@@ -316,14 +308,14 @@ def _calibration(args, hand):
         except OSError as e:
             raise OSError(f"--calibration {args.calibration}: cannot read ({e.strerror or e})") from None
         except json.JSONDecodeError as e:
-            raise _usage_error(f"--calibration {args.calibration}: not JSON ({e})") from None
+            raise UsageError(f"--calibration {args.calibration}: not JSON ({e})") from None
         return inspire.calibration_from_dict(d)
     if args.reference:
         refs = {}
         for item in args.reference:
             name, sep, path = item.partition("=")
             if not sep or not path:
-                raise _usage_error(f"--reference {item!r}: expected NAME=FILE")
+                raise UsageError(f"--reference {item!r}: expected NAME=FILE")
             source = f"--reference {name}={path}"
             tab = _read_angles(path, hand, args.degrees, prefix=f"--reference {name}=")
             keep = _invalid_rows(tab.valid, tab.describe_flags, source, args.skip_invalid, tab.row)
@@ -349,9 +341,9 @@ def run_inspire(args) -> int:
     from .model import load_hand
 
     if not 0 < args.speed_ratio <= 1:
-        raise _usage_error(f"--speed-ratio must be in (0, 1]; got {args.speed_ratio}")
+        raise UsageError(f"--speed-ratio must be in (0, 1]; got {args.speed_ratio}")
     if args.fps is not None and not args.fps > 0:
-        raise _usage_error(f"--fps must be > 0; got {args.fps}")
+        raise UsageError(f"--fps must be > 0; got {args.fps}")
     fmt = args.format or ("csv" if str(args.output).lower().endswith(".csv") else "jsonl")
 
     if args.angles:
@@ -362,7 +354,7 @@ def run_inspire(args) -> int:
 
             side, note = table_side(tab, args.side)
         except ValueError as e:
-            raise _usage_error(str(e)) from None
+            raise UsageError(str(e)) from None
         if note:
             print(f"note: {note}", file=sys.stderr)
         hand = load_hand(side)
@@ -371,13 +363,13 @@ def run_inspire(args) -> int:
         source = args.angles
     else:
         if args.source is not None:
-            raise _usage_error("--source applies only to --angles (a table of several recordings)")
+            raise UsageError("--source applies only to --angles (a table of several recordings)")
         from .tables import read_landmarks
 
         try:
             lm = read_landmarks(args.landmarks)
         except ValueError as e:
-            raise _usage_error(str(e)) from None
+            raise UsageError(str(e)) from None
         side = args.side or "right"
         hand = load_hand(side)
         q, valid, flags = _solve(hand, lm.world)
@@ -386,7 +378,7 @@ def run_inspire(args) -> int:
         source = f"{args.landmarks} (solved angles)"
     n = q.shape[0]
     if n == 0:
-        raise _usage_error("no frames in the input")
+        raise UsageError("no frames in the input")
     pos = np.arange(n)  # each frame's place in the input: its time without file timestamps
     keep = _invalid_rows(valid, describe, source, args.skip_invalid, rows)
     if keep is not None:
@@ -400,7 +392,7 @@ def run_inspire(args) -> int:
     else:
         t = np.asarray(ts, np.float64).reshape(-1)
         if t.shape != (q.shape[0],):
-            raise _usage_error(f"timestamps: expected {q.shape[0]} values to match the frames; got {t.shape[0]}")
+            raise UsageError(f"timestamps: expected {q.shape[0]} values to match the frames; got {t.shape[0]}")
     t = t + args.start_time
     _check_timestamps(t, args.angles or args.landmarks, from_file, args.start_time, index)
     n = q.shape[0]

@@ -102,7 +102,7 @@ import numpy as np
 from . import batch as _batch
 from . import io as wio
 
-__all__ = ["solve_dataset_ray", "run_solve_cli", "DEFAULT_BLOCK_CHUNKS"]
+__all__ = ["solve_dataset_ray", "require_ray", "DEFAULT_BLOCK_CHUNKS"]
 
 #: frames per block, in chunks: big enough that a block's start-up (reading the file up to it) is
 #: small next to solving it, small enough that the blocks of one big file keep every worker busy
@@ -114,8 +114,8 @@ _RUNNER = "ray"
 _INSTALL = "pip install 'wuji-jax[ray]'"
 
 
-def _import_ray():
-    """``ray`` and ``ray.data``, or a one-line ImportError saying how to install them."""
+def require_ray():
+    """``ray``, with ``ray.data`` imported, or a one-line ImportError saying how to install them."""
     try:
         import ray
         import ray.data
@@ -450,7 +450,7 @@ def solve_dataset_ray(
 
     from .solver import SolverConfig
 
-    ray = _import_ray()
+    ray = require_ray()
     t_start = time.perf_counter()
     if side not in ("right", "left", "auto"):
         raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
@@ -726,35 +726,3 @@ def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, setting
             ctx.print_on_execution_start = was[1]
         for name, lg in loggers.items():
             lg.setLevel(levels[name])
-
-
-# --------------------------------------------------------------------------------------- the CLI
-
-
-def run_solve_cli(args) -> int:
-    """``wuji-jax solve ... --ray [ADDRESS]``: :func:`solve_dataset_ray` with the ``solve`` verb's parsed
-    arguments and its report (called by :func:`wuji_jax.cli._run_solve` after the option checks they
-    share); returns the exit status."""
-    from .cli import UsageError, _report_solve, _solve_inputs, _solve_output
-
-    address = args.ray.strip()
-    if not address:
-        raise UsageError("--ray: empty address (give none for a local cluster, 'auto', or HOST:PORT)")
-    if address not in ("local", "auto") and (Path(address).suffix.lower() in wio.DATA_EXTENSIONS
-                                             + wio.VIDEO_EXTENSIONS or os.path.exists(address)):
-        # `--ray IN.npy`: argparse gave the first input to --ray's optional ADDRESS
-        raise UsageError(f"--ray {address}: looks like an input file, not a cluster address; put --ray "
-                         "after the inputs, or write --ray=ADDRESS")
-    _import_ray()
-    out = _solve_output(args)
-    s = solve_dataset_ray(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
-                          resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
-                          address=address, cpus_per_worker=args.cpus_per_worker, on_error="skip", fps=args.fps,
-                          plot=not args.no_plot, check_units=not args.no_unit_check,
-                          max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames,
-                          compilation_cache=getattr(args, "cache_dir", None)
-                          or (False if getattr(args, "no_cache", False) else None))
-    r = s["ray"]
-    where = (f" on {r['workers']} Ray worker{'s' if r['workers'] != 1 else ''} ({r['nodes']} node"
-             f"{'s' if r['nodes'] != 1 else ''})")
-    return _report_solve(args, s, where, "start-up")

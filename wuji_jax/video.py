@@ -38,7 +38,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .io import IMAGE_EXTENSIONS, NUM_LANDMARKS, LandmarkRecording
+from .landmarks import NUM_LANDMARKS
+from .recording import IMAGE_EXTENSIONS, LandmarkRecording
 
 __all__ = [
     "MODEL_URL",
