@@ -152,22 +152,22 @@ def test_text_files_are_bounded_by_their_size(tmp_path, world):
     wj.io.write_landmarks(tmp_path / "real.csv", world[:70])
     for f in (tight_csv, tight_jsonl, tight_json):
         assert sum(len(x) for _, x, _ in iter_chunks(f)) == 50
-        assert 50 <= batch._most_frames([f], [None]) <= 60  # (the header: a few frames more)
-    real = batch._most_frames([tmp_path / "real.csv"], [None])
-    assert 70 <= real <= batch.QUICK_JOB_FRAMES and batch._quick_job(real)
-    assert batch._default_batch(4096, "cpu", 2, real) == 2 * wj.solver.CHUNK_FRAMES  # a small job: one chunk per device
-    assert batch._most_frames([tmp_path / "real.csv", tmp_path / "b.npy"], [None, 10]) == real + 10
+        assert 50 <= batch.most_frames([f], [None]) <= 60  # (the header: a few frames more)
+    real = batch.most_frames([tmp_path / "real.csv"], [None])
+    assert 70 <= real <= batch.QUICK_JOB_FRAMES and batch.quick_job(real)
+    assert batch.default_batch(4096, "cpu", 2, real) == 2 * wj.solver.CHUNK_FRAMES  # a small job: one chunk per device
+    assert batch.most_frames([tmp_path / "real.csv", tmp_path / "b.npy"], [None, 10]) == real + 10
     # a missing file solves nothing (it fails when its turn comes); a folder of images has no count
-    assert batch._most_frames([tmp_path / "missing.npy", tmp_path / "b.npy"], [None, 10]) == 10
+    assert batch.most_frames([tmp_path / "missing.npy", tmp_path / "b.npy"], [None, 10]) == 10
     # an .npy whose header cannot be read: its raw bytes bound it (and it fails when its turn comes)
     bad = tmp_path / "bad.npy"
     bad.write_bytes(b"\x93NUMPY not really" + bytes(63 * 40))
-    assert batch._count_frames(bad) is None
-    assert 40 <= batch._most_frames([bad, tmp_path / "b.npy"], [None, 10]) - 10 <= 41
+    assert batch.count_frames(bad) is None
+    assert 40 <= batch.most_frames([bad, tmp_path / "b.npy"], [None, 10]) - 10 <= 41
     np.save(tmp_path / "c.npy", np.zeros((30, 21, 3), np.int8))  # the smallest values: a byte each
     assert os.path.getsize(tmp_path / "c.npy") // 63 >= 30
     (tmp_path / "frames").mkdir()
-    assert batch._most_frames([tmp_path / "frames"], [None]) is None and not batch._quick_job(None)
+    assert batch.most_frames([tmp_path / "frames"], [None]) is None and not batch.quick_job(None)
 
 
 def test_a_video_is_sized_by_its_stated_frame_count(tmp_path):
@@ -183,10 +183,10 @@ def test_a_video_is_sized_by_its_stated_frame_count(tmp_path):
     while cap.grab():
         decoded += 1
     cap.release()
-    assert decoded == 621 and batch._most_frames([video], [None]) == 621
+    assert decoded == 621 and batch.most_frames([video], [None]) == 621
     junk = tmp_path / "junk.mp4"
     junk.write_bytes(b"not a video" * 100)
-    assert batch._most_frames([junk], [None]) is None
+    assert batch.most_frames([junk], [None]) is None
 
 
 # ------------------------------------------------------------------------------------------- resume
@@ -249,8 +249,8 @@ def test_finished_files_are_not_read_again(tmp_path, world, monkeypatch):
         batch.solve_dataset(files, out, **FAST)
     monkeypatch.undo()
     read = []
-    real = batch._read_file
-    monkeypatch.setattr(batch, "_read_file", lambda src, *a: read.append(src) or real(src, *a))
+    real = batch.read_file
+    monkeypatch.setattr(batch, "read_file", lambda src, *a: read.append(src) or real(src, *a))
     s = batch.solve_dataset(files, out, **FAST)
     assert Path(read[0]).name == "1.npy" and len(read) == 2
     assert s["resumed_frames"] == 192
@@ -400,14 +400,14 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     import threading
 
     events = []
-    real_hash, real_program, real_imports = batch._content_hash, batch._Kernel.program, batch._import_writers
+    real_hash, real_program, real_imports = batch._content_hash, batch.Kernel.program, batch._import_writers
 
     def program(self, inspire, args, lowered_hook=None):
         events.append(("program", threading.current_thread().name))
         return real_program(self, inspire, args, lowered_hook and (lambda: events.append(("lowered",)) or lowered_hook()))
 
     monkeypatch.setattr(batch, "_content_hash", lambda path: events.append(("hash",)) or real_hash(path))
-    monkeypatch.setattr(batch._Kernel, "program", program)
+    monkeypatch.setattr(batch.Kernel, "program", program)
     monkeypatch.setattr(batch, "_import_writers", lambda *a: events.append(("imports",)) or real_imports(*a))
     left = _npy(tmp_path / "l.npy", world[:70] * np.array([-1.0, 1.0, 1.0]))  # a left hand (mirrored)
     s = batch.solve_dataset(left, tmp_path / "l.parquet", side="auto", **FAST)
@@ -420,7 +420,7 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     def broken(self, inspire, args, lowered_hook=None):
         raise ValueError("no program today")
 
-    monkeypatch.setattr(batch._Kernel, "program", broken)
+    monkeypatch.setattr(batch.Kernel, "program", broken)
     with pytest.raises(ValueError, match="no program today"):
         batch.solve_dataset(_npy(tmp_path / "a.npy", world[:70]), tmp_path / "a.parquet", **FAST)
     assert not (tmp_path / "a.parquet.parts").exists() and not (tmp_path / "a.parquet").exists()
@@ -435,18 +435,18 @@ def test_a_program_two_runs_ask_for_at_once_is_made_once(world, monkeypatch):
     import jax
 
     made = []
-    real_make = batch._Kernel._make
+    real_make = batch.Kernel._make
 
     def slow_make(self, *a):
         made.append(self)
         time.sleep(0.5)  # long enough that the other kernel asks while this one makes it
         return real_make(self, *a)
 
-    monkeypatch.setattr(batch._Kernel, "_make", slow_make)
+    monkeypatch.setattr(batch.Kernel, "_make", slow_make)
     monkeypatch.setattr(batch, "_PROGRAMS", {})
     monkeypatch.setattr(batch, "_MAKING", {})
     config = wj.SolverConfig(iterations=FAST["iterations"])
-    kernels = [batch._Kernel(config, jax.devices()[:1], FAST["chunk_size"], np.float64, quick=True)
+    kernels = [batch.Kernel(config, jax.devices()[:1], FAST["chunk_size"], np.float64, quick=True)
                for _ in range(2)]
     for k in kernels:
         k.preload(True)
@@ -486,8 +486,8 @@ _MULTI = textwrap.dedent("""
     assert len(jax.local_devices()) == 4, jax.local_devices()
     # the kernel solve_dataset makes below for this job (300 frames, a small job: batches of 64 rows,
     # quick compile options), so that its program, compiled here, is the one the job runs
-    k = batch._Kernel(__import__("wuji_jax").SolverConfig(iterations=5), jax.local_devices(), 64, np.float64,
-                      quick=batch._quick_job(300))
+    k = batch.Kernel(__import__("wuji_jax").SolverConfig(iterations=5), jax.local_devices(), 64, np.float64,
+                      quick=batch.quick_job(300))
     outs = k.dispatch("right", np.load(sys.argv[1])[:64], True)
     a = outs[0]["angles"]
     assert all(len(v.sharding.device_set) == 4 for v in outs[0].values()), a.sharding

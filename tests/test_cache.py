@@ -373,8 +373,8 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
         solver(frame)
 
     cpu = jax.devices("cpu")[:1]
-    assert batch._Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32, quick=True).options == {"xla_cpu_use_fusion_emitters": False}
-    assert batch._Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32).options is None
+    assert batch.Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32, quick=True).options == {"xla_cpu_use_fusion_emitters": False}
+    assert batch.Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32).options is None
 
 
 @pytest.mark.parametrize("frames, quick", [(100, True), (70_000, False)])
@@ -393,7 +393,7 @@ def test_dataset_jobs_are_compiled_quickly_up_to_a_size(tmp_path, monkeypatch, f
         seen.append(quick)
         raise Stop
 
-    monkeypatch.setattr(batch, "_Kernel", kernel)
+    monkeypatch.setattr(batch, "Kernel", kernel)
     src = tmp_path / "x.npy"
     np.lib.format.open_memmap(src, mode="w+", dtype=np.float32, shape=(frames, 21, 3)).flush()
     with pytest.raises(Stop):

@@ -121,10 +121,10 @@ def test_clamped_batched_jitted_and_dtype(right):
 def test_no_recompile(right):
     q = jnp.asarray(random_q(right, 8))
     wi.to_inspire(q)
-    n = wi._to_inspire_kernel._cache_size()
+    n = wi.to_inspire_kernel._cache_size()
     wi.to_inspire(q + 0.01)
     wi.to_inspire(q, hand=None)
-    assert wi._to_inspire_kernel._cache_size() == n
+    assert wi.to_inspire_kernel._cache_size() == n
 
 
 def test_gradients_finite_and_exact(right):

@@ -69,7 +69,7 @@ def test_reading_from_a_frame_on_equals_the_full_read(tmp_path, ext):
         pq.write_table(pq.read_table(path), path, row_group_size=5)
     full = list(io.iter_chunks(path, chunk_size=4))
     for skip in (4, 8, 12, 20):
-        got = list(io._source_chunks(path, 4, None, io.MAX_FRAMES, {}, skip))
+        got = list(io.source_chunks(path, 4, None, io.MAX_FRAMES, {}, skip))
         want = [c for c in full if c[0] >= skip]
         assert [g[0] for g in got] == [c[0] for c in want], skip
         for (_, a, ta), (_, b, tb) in zip(got, want):
@@ -235,7 +235,7 @@ def test_mediapipe_world_landmark_names_are_read(tmp_path):
     read as ``landmarks``; their frames are counted ahead from the headers as ``landmarks``' are."""
     import h5py
 
-    from wuji_jax.batch import _count_frames
+    from wuji_jax.batch import count_frames
 
     w = _hand(4)
     t = np.arange(4) / 30.0
@@ -251,7 +251,7 @@ def test_mediapipe_world_landmark_names_are_read(tmp_path):
         rec = io.load_landmarks(tmp_path / name)
         np.testing.assert_array_equal(rec.world, w)
         np.testing.assert_allclose(rec.timestamps, t)
-    assert _count_frames(tmp_path / "a.npz") == 4 and _count_frames(tmp_path / "b.h5") == 4
+    assert count_frames(tmp_path / "a.npz") == 4 and count_frames(tmp_path / "b.h5") == 4
     # MediaPipe's hand_landmarks are image coordinates, not these: asked for by name, and said so
     np.savez(tmp_path / "d.npz", hand_landmarks=w, timestamps=t)
     with pytest.raises(ValueError, match="none named 'landmarks' .or 'world', 'world_landmarks'.*normalised image"):
@@ -285,7 +285,7 @@ def test_a_folder_s_json_files_are_not_inputs(tmp_path):
     w = _hand(3)
     io.write_landmarks(tmp_path / "take.npy", w)
     (tmp_path / "take_summary.json").write_text(json.dumps({"frames": 3, "errors": []}))
-    assert io._expand(tmp_path) == [tmp_path / "take.npy"]
+    assert io.expand_sources(tmp_path) == [tmp_path / "take.npy"]
     np.testing.assert_array_equal(io.load_landmarks(tmp_path).world, w)
     with pytest.raises(ValueError, match="take_summary.json: "):
         io.load_landmarks(tmp_path / "take_summary.json")

@@ -20,7 +20,7 @@ How a run is laid out
   small job on CPU (at most ``QUICK_JOB_FRAMES`` frames): one solver chunk per device (256 rows on 2
   CPU devices), a kernel without a loop over chunks, which compiles in less time (``wuji-jax solve``
   on the bundled sample with an empty cache, chunks of 256 frames: 11.6 s with batches of 1024 rows,
-  two chunks per device). On a big job the loop costs less than the kernel calls it saves (``_default_batch``).
+  two chunks per device). On a big job the loop costs less than the kernel calls it saves (``default_batch``).
 * Every finished chunk goes to ``<out>.parts/chunk_<start>.npz`` (written to a temporary name,
   then renamed, so a part is whole or absent). ``<out>.parts/manifest.json`` records the input's
   identity (paths, sizes, modification times, chunk size, side, solver configuration, dtype) and
@@ -90,7 +90,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import functools
 import glob
 import hashlib
 import json
@@ -117,7 +116,7 @@ __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_
 DEFAULT_CHUNK_SIZE = 4096
 #: a job on CPU devices of at most this many frames (bounded before the start: counted from the files'
 #: headers, a CSV's or JSONL's size over the fewest bytes a frame takes, a video's stated frame count,
-#: see ``_most_frames``) compiles its kernel
+#: see ``most_frames``) compiles its kernel
 #: with :func:`wuji_jax.cache.quick_compile_options`: about 3.5 s less to compile on a 2-core CPU, at
 #: most ~7 % longer to run (0.1 s at this size and ~40k frames/s). ``wuji-jax solve`` on the bundled
 #: sample with an empty cache: 13.3 s → 9.6 s wall, peak RSS 839 → 438 MB. Larger jobs keep XLA's
@@ -125,20 +124,20 @@ DEFAULT_CHUNK_SIZE = 4096
 QUICK_JOB_FRAMES = 65536
 
 
-def _quick_job(frames: int | None) -> bool:
-    """Whether a job of at most ``frames`` frames (:func:`_most_frames`, before the start; None:
+def quick_job(frames: int | None) -> bool:
+    """Whether a job of at most ``frames`` frames (:func:`most_frames`, before the start; None:
     unbounded) is small enough to compile quickly (:data:`QUICK_JOB_FRAMES`)."""
     return frames is not None and frames <= QUICK_JOB_FRAMES
 
 
-def _compile_options(platform: str, quick: bool) -> dict | None:
+def kernel_compile_options(platform: str, quick: bool) -> dict | None:
     """The dataset kernel's compile options on ``platform``: a small job's
-    (:func:`wuji_jax.cache.quick_compile_options`, see :func:`_quick_job`), else XLA's defaults (None).
+    (:func:`wuji_jax.cache.quick_compile_options`, see :func:`quick_job`), else XLA's defaults (None).
     Also part of a run's identity (they change float rounding)."""
     return quick_compile_options(platform) if quick else None
 
 
-def _default_batch(chunk_size: int, platform: str, devices: int, frames: int | None = None) -> int:
+def default_batch(chunk_size: int, platform: str, devices: int, frames: int | None = None) -> int:
     """Rows per kernel call when not given: the whole chunk of ``chunk_size`` frames, except for a
     small job on CPU (``frames``, bounded before the start, at most :data:`QUICK_JOB_FRAMES`): one
     solver chunk (``chunk_frames("cpu")``) per device, so that its kernel is the solver on one chunk
@@ -148,7 +147,7 @@ def _default_batch(chunk_size: int, platform: str, devices: int, frames: int | N
     with 512 (medians of 4 alternating rounds)."""
     from .solver import chunk_frames
 
-    return min(chunk_size, chunk_frames("cpu") * devices) if platform == "cpu" and _quick_job(frames) else chunk_size
+    return min(chunk_size, chunk_frames("cpu") * devices) if platform == "cpu" and quick_job(frames) else chunk_size
 
 
 _MANIFEST_VERSION = 1
@@ -254,7 +253,7 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def _count_frames(path: Any) -> int | None:
+def count_frames(path: Any) -> int | None:
     """Frames in a file without reading its data, where the format allows (else None)."""
     try:
         p = Path(path)
@@ -295,8 +294,8 @@ def _count_frames(path: Any) -> int | None:
     return None
 
 
-def _total_frames(counts: Sequence[int | None]) -> int | None:
-    """The frames of all files from their counts (:func:`_count_frames`), or None where one is unknown."""
+def total_frames(counts: Sequence[int | None]) -> int | None:
+    """The frames of all files from their counts (:func:`count_frames`), or None where one is unknown."""
     return sum(counts) if all(c is not None for c in counts) else None
 
 
@@ -307,9 +306,9 @@ def _total_frames(counts: Sequence[int | None]) -> int | None:
 _MIN_FRAME_BYTES = {".csv": 63, ".tsv": 63, ".jsonl": 15, ".ndjson": 15, ".json": 5, ".npy": 63}
 
 
-def _most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | None:
-    """At most how many frames ``files`` hold, to decide whether a job is small (:func:`_quick_job`):
-    their ``counts`` (:func:`_count_frames`) where known; a CSV's, JSONL's or unreadable ``.npy``'s size
+def most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | None:
+    """At most how many frames ``files`` hold, to decide whether a job is small (:func:`quick_job`):
+    their ``counts`` (:func:`count_frames`) where known; a CSV's, JSONL's or unreadable ``.npy``'s size
     over the fewest bytes a frame takes (:data:`_MIN_FRAME_BYTES`; a 70-frame CSV of 79 kB is at most
     1,254 frames: so a corrupt file among small ones leaves the job small); a
     video's frame count as its container states it (:func:`_stated_video_frames`; a container may
@@ -363,7 +362,7 @@ def _strict(obj: Any) -> Any:
     return obj
 
 
-def _atomic_json(path: Path, obj: Any):
+def atomic_json(path: Path, obj: Any):
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(_strict(obj), indent=1, sort_keys=True, allow_nan=False))
     os.replace(tmp, path)
@@ -379,7 +378,7 @@ def _write_part(path: Path, arrays: dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
-def _part_ok(path: Path, digest: str) -> bool:
+def part_ok(path: Path, digest: str) -> bool:
     """Whether a part file is whole (its zip directory reads) and was written for ``digest``."""
     try:
         with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
@@ -388,12 +387,12 @@ def _part_ok(path: Path, digest: str) -> bool:
         return False
 
 
-def _read_part(path: Path) -> dict[str, np.ndarray]:
+def read_part(path: Path) -> dict[str, np.ndarray]:
     with open(path, "rb") as fh:
-        return _part_arrays(fh)
+        return part_arrays(fh)
 
 
-def _part_arrays(fh) -> dict[str, np.ndarray]:
+def part_arrays(fh) -> dict[str, np.ndarray]:
     """The arrays of a part file's bytes (an open binary file)."""
     with np.load(fh, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
@@ -423,7 +422,7 @@ class _Chunk:
         self.n += m
 
 
-_USED: set = set()  # kernels run in this process (see _Kernel.first_use)
+_USED: set = set()  # kernels run in this process (see Kernel.first_use)
 
 
 def _solve_with_inspire(hand, landmarks, weights, q0, config, chunk: int | None = None) -> dict:
@@ -444,24 +443,23 @@ def _fit_with_inspire(hand, landmarks, weights, q0, config, start, chunk: int | 
 
 def _with_inspire(hand, out: dict) -> dict:
     """The solver's outputs with the Inspire commands of their angles."""
-    from .inspire import _to_inspire_kernel
+    from .inspire import to_inspire_kernel
 
-    return {**out, "inspire": _to_inspire_kernel(hand, out["angles"], None)}
+    return {**out, "inspire": to_inspire_kernel(hand, out["angles"], None)}
 
 
-_PROGRAMS: dict[tuple, Any] = {}  # the dataset runner's compiled solver programs, per configuration (_Kernel.program)
+_PROGRAMS: dict[tuple, Any] = {}  # the dataset runner's compiled solver programs, per configuration (Kernel.program)
 #: one lock per program key: a run that asks for a program another thread of this process is still
 #: making (a failed run's preload, which goes on after the run stopped) waits for it instead of making it too
 _MAKING: dict[tuple, threading.Lock] = {}
 _MAKING_LOCK = threading.Lock()
 
 
-class _Kernel:
+class Kernel:
     """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``."""
 
     def __init__(self, config, devices, batch_size: int, dtype, quick: bool = False):
         import jax
-        import jax.numpy as jnp
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         self.jax = jax
@@ -471,7 +469,7 @@ class _Kernel:
         self.dtype = np.dtype(dtype)
         platforms = {d.platform for d in self.devices}
         # a small job: compiled quickly (its compilation outweighs its run, QUICK_JOB_FRAMES)
-        self.options = _compile_options(platforms.pop(), quick) if len(platforms) == 1 else None
+        self.options = kernel_compile_options(platforms.pop(), quick) if len(platforms) == 1 else None
         if self.devices == [jax.devices()[0]]:
             # the default device: uncommitted arrays, exactly as wj.solve passes them (same jit cache)
             self.rows = self.same = None
@@ -667,7 +665,7 @@ def _content_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire: bool,
+def run_identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire: bool,
               check_units: bool, fps: float | None, dtype, devices: Sequence[Any], batch_size: int,
               compile_options: dict | None = None) -> dict:
     """What a resumed run must share with the interrupted one for its parts to be reused: every
@@ -698,7 +696,7 @@ def _identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire:
             "wuji_jax": __version__}
 
 
-def _file_side(side: str, world: np.ndarray, path: str, notes: list) -> str:
+def side_of_file(side: str, world: np.ndarray, path: str, notes: list) -> str:
     from .landmarks import detect_side
 
     detected = detect_side(world)
@@ -714,7 +712,7 @@ def _file_side(side: str, world: np.ndarray, path: str, notes: list) -> str:
     return side
 
 
-def _out_path(out: Any) -> Path:
+def out_path(out: Any) -> Path:
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"{out}: is a folder; name the table to write inside it, e.g. {out / 'angles.parquet'}")
@@ -743,7 +741,7 @@ def _outputs_of(out: Path) -> list[Path]:
             Path(str(out) + ".parts"), _lock_path(out)]
 
 
-def _check_outputs(source: Any, files: Sequence[Any], out: Path) -> None:
+def check_outputs(source: Any, files: Sequence[Any], out: Path) -> None:
     """Refuse, before any work, a run whose outputs would overwrite or later be read as its inputs."""
     real = lambda p: Path(os.path.realpath(p))  # noqa: E731 (never raises, even on a symlink loop)
     written = [real(w) for w in _outputs_of(out)]
@@ -765,13 +763,13 @@ def _check_outputs(source: Any, files: Sequence[Any], out: Path) -> None:
         if p.is_dir() and real(out).parent == real(p):
             raise ValueError(f"{out}: lies in the input folder {p}, so a later run would read it as input; "
                              "write the output elsewhere (-o)")
-        if isinstance(s, str) and wio._is_glob(s) and not p.exists() and (
+        if isinstance(s, str) and wio.is_glob(s) and not p.exists() and (
                 fnmatch.fnmatch(str(out), s) or fnmatch.fnmatch(str(real(out)), s)):
             raise ValueError(f"{out}: matches the input pattern {s!r}, so a later run would read it as input; "
                              "write the output elsewhere (-o)")
 
 
-def _remove_stale_temporaries(out: Path) -> None:
+def remove_stale_temporaries(out: Path) -> None:
     """Temporary files a killed run left next to ``out`` (the caller holds the lock: nobody else
     writes them)."""
     for stem in (out.name, out.stem + "_summary.json"):
@@ -795,7 +793,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class _OutputLock:
+class OutputLock:
     """``<out>.lock``, created exclusively, holding the PID, host and start time of the run that writes
     ``out``. A second run on the same output refuses, naming the first; a lock left by a dead process
     on this host is taken over."""
@@ -915,7 +913,7 @@ def solve_dataset(
         if int(iterations) < 1:
             raise ValueError(f"iterations must be >= 1, got {iterations}")
         config = dataclasses.replace(config, iterations=int(iterations))
-    out = _out_path(out)
+    out = out_path(out)
 
     if devices is None:
         devices = jax.local_devices()
@@ -930,21 +928,21 @@ def solve_dataset(
     nd = len(devices)
     dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
 
-    files = wio._expand(source)
-    _check_outputs(source, files, out)
-    counts = [_count_frames(f) for f in files]  # the headers, read once
-    total, most = _total_frames(counts), _most_frames(files, counts)
+    files = wio.expand_sources(source)
+    check_outputs(source, files, out)
+    counts = [count_frames(f) for f in files]  # the headers, read once
+    total, most = total_frames(counts), most_frames(files, counts)
     if batch_size is None:
-        batch_size = _default_batch(chunk_size, devices[0].platform, nd, most)
+        batch_size = default_batch(chunk_size, devices[0].platform, nd, most)
     batch_size = -(-max(int(batch_size), 1) // nd) * nd
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _OutputLock(out):
+    with OutputLock(out):
         return _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
                              batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total,
-                             _quick_job(most))
+                             quick_job(most))
 
 
-def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str = "") -> tuple:
+def open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str = "") -> tuple:
     """``<out>.parts/`` ready for this run: refused if it holds other files; an interrupted run's
     manifest with the same version and ``identity`` is returned for reuse (``resume``), else the
     folder is emptied (with a note). Returns ``(parts_dir, manifest_path, old manifest or None)``."""
@@ -979,30 +977,30 @@ def _open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
                   check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total, quick) -> dict[str, Any]:
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
-    the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`_quick_job`)."""
+    the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`quick_job`)."""
     # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
     # not after
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
-    # (not a daemon, as _Kernel.preload's thread: a job that fails at once waits for the imports at exit)
+    # (not a daemon, as Kernel.preload's thread: a job that fails at once waits for the imports at exit)
     imports = threading.Thread(target=_import_writers, args=(plot, parquet), name="wuji_jax-import")
-    kernel = _Kernel(config, devices, batch_size, dtype, quick=quick)
+    kernel = Kernel(config, devices, batch_size, dtype, quick=quick)
     if total and not (resume and Path(str(out) + ".parts").exists()):
         # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the
         # cache) while they are hashed and read
         kernel.preload(inspire, imports.start if (plot or parquet) else None)
     elif plot or parquet:
         imports.start()
-    identity = _identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size,
+    identity = run_identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size,
                          kernel.options)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    _remove_stale_temporaries(out)
+    remove_stale_temporaries(out)
 
     notes: list[str] = []
-    parts_dir, manifest_path, old = _open_parts(out, identity, resume, notes)
+    parts_dir, manifest_path, old = open_parts(out, identity, resume, notes)
     entries: dict[int, dict] = {int(e["index"]): e for e in old.get("files", [])} if old else {}
     done = set()
     for part in sorted(parts_dir.glob("chunk_*.npz")):
-        if _part_ok(part, digest):
+        if part_ok(part, digest):
             done.add(int(part.stem.split("_")[1]))
         else:  # cut short (a full disk, a copy) or from another run: solved again
             notes.append(f"{part}: damaged or not from this run's inputs; solved again")
@@ -1011,7 +1009,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
 
     def save_manifest():
         manifest["files"] = [entries[i] for i in sorted(entries)]
-        _atomic_json(manifest_path, manifest)
+        atomic_json(manifest_path, manifest)
 
     save_manifest()
 
@@ -1023,7 +1021,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
 
     # a fresh run of known size writes its table while it solves (no assembly from the part files at
     # the end, unless a failed file's rows went in: then the parts are assembled without them)
-    stream = _Assembler(out, [str(f) for f in files], inspire, total) if not (done or entries or total is None) \
+    stream = Assembler(out, [str(f) for f in files], inspire, total) if not (done or entries or total is None) \
         else None
 
     def save(path: Path, arrays: dict[str, np.ndarray]):
@@ -1087,9 +1085,9 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             frames = 0
             try:
                 checked = not check_units
-                for local, world, t in _Prefetch(_read_file(src, name, chunk_size, fps, max_frames)):
+                for local, world, t in Prefetch(read_file(src, name, chunk_size, fps, max_frames)):
                     if file_side is None:
-                        file_side = _file_side(side, world, name, file_notes)
+                        file_side = side_of_file(side, world, name, file_notes)
                         pos = _align(pos, cur_side, file_side, chunk_size)
                         if cur is not None and cur.start != pos // chunk_size * chunk_size:
                             flush(cur)  # a side change moved us to the next chunk
@@ -1100,7 +1098,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
 
                         problem = unit_problem(world)
                         if problem:
-                            raise _FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check at the "
+                            raise FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check at the "
                                              "command line, check_units=False in Python)")
                         checked = True
                     i = 0
@@ -1123,7 +1121,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
                             flush(cur)
                             cur = None
                     bar.update(stats["done"], stats["solved"])
-            except _FileError as err:
+            except FileError as err:
                 msg = str(err)
                 if on_error == "raise":
                     raise ValueError(msg) from None
@@ -1172,7 +1170,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             on_disk = None
         if on_disk != manifest:
             raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
-        assembled = _finish_table(stream, True, out, [part_path(k) for k in needed], failed, files, inspire,
+        assembled = finish_table(stream, True, out, [part_path(k) for k in needed], failed, files, inspire,
                                   n_rows, digest)
     except BaseException:
         if stream is not None:
@@ -1183,7 +1181,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     plot_path = None
     if plot:
         try:
-            plot_path = _plot(out.with_name(out.stem + "_plot.png"), assembled["sample"], len(good) == 1)
+            plot_path = plot_angles(out.with_name(out.stem + "_plot.png"), assembled["sample"], len(good) == 1)
         except ImportError:
             notes.append("plot skipped: matplotlib is not installed (pip install 'wuji-jax[viz]')")
     res = assembled["residual_valid"]
@@ -1200,13 +1198,13 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
         "plot": None if plot_path is None else str(plot_path),
         "summary": str(out.with_name(out.stem + "_summary.json")),
     }
-    _atomic_json(Path(summary["summary"]), summary)
+    atomic_json(Path(summary["summary"]), summary)
     if not keep_parts:
         shutil.rmtree(parts_dir, ignore_errors=True)
     return summary
 
 
-class _Prefetch:
+class Prefetch:
     """Iterate ``items`` (a generator) in a background thread, at most ``ahead`` items in advance:
     the next chunk is read while the current one is solved. An exception of the generator is raised
     where its item would have come; leaving the loop early stops the thread."""
@@ -1282,16 +1280,16 @@ class _Background:
         self._pool.shutdown(wait=True)
 
 
-class _FileError(Exception):
+class FileError(Exception):
     """A file that cannot be solved (unreadable, wrong shape, wrong units): one line naming it."""
 
 
-def _read_file(src: Any, name: str, chunk_size: int, fps: float | None,
+def read_file(src: Any, name: str, chunk_size: int, fps: float | None,
                max_frames: int | None = wio.MAX_FRAMES, skip: int = 0) -> Iterator[tuple]:
     """:func:`wuji_jax.io.iter_chunks` of one file (from its frame ``skip`` on, a multiple of
-    ``chunk_size``), its reading errors turned into :class:`_FileError`."""
+    ``chunk_size``), its reading errors turned into :class:`FileError`."""
     if skip:
-        it = wio._source_chunks(src, chunk_size, fps, wio._max_frames(max_frames), {}, skip)
+        it = wio.source_chunks(src, chunk_size, fps, wio.check_max_frames(max_frames), {}, skip)
     else:
         it = wio.iter_chunks(src, chunk_size, fps=fps, max_frames=max_frames)
     while True:
@@ -1305,7 +1303,7 @@ def _read_file(src: Any, name: str, chunk_size: int, fps: float | None,
             msg = " ".join(str(e).split()) or type(e).__name__
             if not isinstance(e, (ValueError, OSError)):
                 msg = f"{type(e).__name__}: {msg}"
-            raise _FileError(msg if msg.startswith(name) else f"{name}: {msg}") from None
+            raise FileError(msg if msg.startswith(name) else f"{name}: {msg}") from None
         yield item
 
 
@@ -1364,13 +1362,13 @@ class _Writer:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            t = wio._arrow_table(table, pa)
+            t = wio.arrow_table(table, pa)
             if self.pq_writer is None:
                 meta = {b"wuji_jax.shapes": json.dumps({k: [] for k in table}).encode(),
                         b"wuji_jax.names": json.dumps({}).encode()}
                 self.schema = t.schema.with_metadata({**(t.schema.metadata or {}), **meta})
                 self.pq_writer = pq.ParquetWriter(self.tmp, self.schema,
-                                                  use_dictionary=wio._dictionary_columns(self.schema, pa))
+                                                  use_dictionary=wio.dictionary_columns(self.schema, pa))
             self.pq_writer.write_table(t.cast(self.schema))
         elif self.ext == ".csv":
             part = self.tmp.with_name(self.tmp.name + ".part.csv")
@@ -1404,7 +1402,7 @@ class _Writer:
         self.tmp.unlink(missing_ok=True)
 
 
-class _Assembler:
+class Assembler:
     """Appends solved parts, in stream order, to ``out`` (:class:`_Writer`) and keeps what the summary
     and the plot need: flag and valid counts, the valid frames' residuals, and a sample of every
     ``stride``-th row (``stride`` from ``n_rows``, the rows expected, so that at most
@@ -1465,7 +1463,7 @@ class _Assembler:
             self.writer.abort()
 
 
-def _finish_table(stream: _Assembler | None, complete: bool, out: Path, part_files: list[Path], failed: set[int],
+def finish_table(stream: Assembler | None, complete: bool, out: Path, part_files: list[Path], failed: set[int],
                   files: Sequence[Any], inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
     """The table in place and its statistics: ``stream``'s where it was given every part
     (``complete``), holds the ``n_rows`` rows wanted (as many as it expected) and none of a ``failed``
@@ -1481,13 +1479,13 @@ def _finish_table(stream: _Assembler | None, complete: bool, out: Path, part_fil
 def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequence[Any],
               inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
     """Concatenate the part files in order into ``out`` (the rows of ``failed`` files left out);
-    :meth:`_Assembler.close`'s statistics and plot sample."""
-    asm = _Assembler(out, [str(f) for f in files], inspire, n_rows)
+    :meth:`Assembler.close`'s statistics and plot sample."""
+    asm = Assembler(out, [str(f) for f in files], inspire, n_rows)
     drop = np.fromiter(failed, np.int32, len(failed))
     try:
         for pf in part_files:
             try:
-                part = _read_part(pf)
+                part = read_part(pf)
             except Exception as e:  # a damaged part: removed, so that the next run solves it again
                 pf.unlink(missing_ok=True)
                 raise RuntimeError(f"{pf}: damaged part ({type(e).__name__}: {e}); removed: run the same "
@@ -1514,18 +1512,18 @@ def _import_writers(plot: bool, parquet: bool) -> None:
             pass
     if plot:
         try:
-            from .viz import _mpl
+            from .viz import agg_figure_classes
 
-            _mpl()
-        except ImportError:  # said by _plot, in the run's notes
+            agg_figure_classes()
+        except ImportError:  # said by plot_angles, in the run's notes
             pass
 
 
-def _plot(path: Path, sample: list[dict], one_source: bool) -> Path:
+def plot_angles(path: Path, sample: list[dict], one_source: bool) -> Path:
     """Angles over time (five finger panels, degrees) and the residual, from the strided sample."""
-    from .viz import _mpl
+    from .viz import agg_figure_classes
 
-    Figure, FigureCanvasAgg = _mpl()
+    Figure, FigureCanvasAgg = agg_figure_classes()
     rows = np.concatenate([s["row"] for s in sample])
     t = np.concatenate([s["t"] for s in sample])
     ang = np.degrees(np.concatenate([s["angles"] for s in sample]).astype(np.float64))

@@ -455,7 +455,7 @@ def calibration_from_dict(d: Mapping[str, Any]) -> InspireCalibration:
 
 
 @jax.jit
-def _to_inspire_kernel(hand: HandModel, q: jax.Array, calibration: InspireCalibration | None) -> jax.Array:
+def to_inspire_kernel(hand: HandModel, q: jax.Array, calibration: InspireCalibration | None) -> jax.Array:
     hand = hand.astype(q.dtype)
     if calibration is None:
         calibration = default_calibration(hand)
@@ -498,7 +498,7 @@ def to_inspire(angles, calibration: InspireCalibration | None = None, hand: Hand
     q = _check_angles(hand, angles)
     if calibration is not None:
         calibration = check_calibration(calibration)
-    return _to_inspire_kernel(hand, q, calibration)
+    return to_inspire_kernel(hand, q, calibration)
 
 
 def from_glove_angles(
@@ -900,7 +900,7 @@ def smooth(
 
 @functools.partial(jax.jit, static_argnames=("method",))
 def _stream_step(hand, calibration, q, state, dt, rate, method, tau, min_cutoff, beta, d_cutoff):
-    x = _to_inspire_kernel(hand, q, calibration)
+    x = to_inspire_kernel(hand, q, calibration)
     y, dy, out = state
     if method == "exponential":
         y = _ema_step(y, x, dt, tau)
@@ -995,7 +995,7 @@ class InspireStream:
             raise ValueError(f"timestamps must not go backwards: {t} after {self._t}")
         dtype = q.dtype
         if self._state is None:
-            x = _to_inspire_kernel(self.hand, q, self.calibration)
+            x = to_inspire_kernel(self.hand, q, self.calibration)
             out = x if self._initial is None else jnp.asarray(self._initial, dtype)
             self._state = (x, jnp.zeros_like(x), out)
         else:

@@ -297,8 +297,6 @@ def _flag_names(flags):
 
 
 def _calibration(args, hand):
-    import numpy as np
-
     from . import inspire
 
     if args.calibration:

@@ -225,11 +225,11 @@ class _Lines:
         return line
 
 
-def _is_glob(s: str) -> bool:
+def is_glob(s: str) -> bool:
     return any(c in s for c in "*?[")
 
 
-def _expand(sources: Any) -> list[Any]:
+def expand_sources(sources: Any) -> list[Any]:
     """Paths / globs / folders / camera indices → list of concrete sources, in order."""
     if isinstance(sources, (str, os.PathLike, int)) and not isinstance(sources, bool):
         sources = [sources]
@@ -239,11 +239,11 @@ def _expand(sources: Any) -> list[Any]:
             out.append(s)
             continue
         p = Path(s)
-        if isinstance(s, str) and _is_glob(s) and not p.exists():
+        if isinstance(s, str) and is_glob(s) and not p.exists():
             hits = sorted(_glob.glob(s, recursive=True))
             if not hits:
                 raise _err(s, "the pattern matches no files; check the path and the quoting of '*'")
-            out.extend(_expand(hits))
+            out.extend(expand_sources(hits))
         elif p.is_dir():
             files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
             # a folder's .json files are mostly other things (run summaries, settings): read when named
@@ -942,7 +942,7 @@ def _arrow_values(col, arrow_type, dtype, fill) -> np.ndarray:
     return out
 
 
-def _arrow_table(cols: Mapping[str, np.ndarray], pa):
+def arrow_table(cols: Mapping[str, np.ndarray], pa):
     """1-D NumPy columns (numbers, bools or ``U`` strings) as an Arrow table, each column built from
     its buffers: ``pa.array`` imports pandas where it is installed (0.6 s and ~30 MB of every CLI run
     that writes Parquet)."""
@@ -952,7 +952,7 @@ def _arrow_table(cols: Mapping[str, np.ndarray], pa):
 _ARROW_NUMBERS = ("f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8")
 
 
-def _dictionary_columns(schema, pa) -> list[str]:
+def dictionary_columns(schema, pa) -> list[str]:
     """The columns worth Parquet's dictionary encoding: strings (file names, sides, labels) and
     ``*flags`` bit sets, which take few distinct values. Tried on every column (pyarrow's default),
     it builds a dictionary for each float column of unique values and then falls back to plain
@@ -1164,7 +1164,7 @@ def _frames(src: Any, chunk: int, video_options: Mapping[str, Any], fps: float |
     return _guard(src, chunks)
 
 
-def _max_frames(max_frames: Any) -> int | None:
+def check_max_frames(max_frames: Any) -> int | None:
     if max_frames is None:
         return None
     if isinstance(max_frames, bool) or not isinstance(max_frames, (int, np.integer)) or max_frames < 1:
@@ -1257,15 +1257,15 @@ def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    max_frames = _max_frames(max_frames)
+    max_frames = check_max_frames(max_frames)
     offset = 0
-    for src in _expand(source):
-        for start, world, t in _source_chunks(src, chunk_size, fps, max_frames, video_options):
+    for src in expand_sources(source):
+        for start, world, t in source_chunks(src, chunk_size, fps, max_frames, video_options):
             yield offset + start, world, t
         offset = offset + start + world.shape[0]
 
 
-def _source_chunks(src: Any, chunk_size: int, fps: float | None, max_frames: int | None,
+def source_chunks(src: Any, chunk_size: int, fps: float | None, max_frames: int | None,
                    video_options: Mapping[str, Any], skip: int = 0) -> Iterator[tuple]:
     """:func:`iter_chunks` of one source from its frame ``skip`` on (a multiple of ``chunk_size``;
     the formats that can, start reading there: see :func:`_reader`)."""
@@ -1298,12 +1298,12 @@ def load_landmarks(sources: Any, *, fps: float | None = None, on_error: str = "r
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    max_frames = _max_frames(max_frames)
+    max_frames = check_max_frames(max_frames)
     parts: list[dict] = []
     names: list[str] = []
     notes: list[str] = []
     fps_seen: list[float] = []
-    for src in _expand(sources):
+    for src in expand_sources(sources):
         try:
             chunks = list(_frames(src, 1 << 20, video_options, fps, max_frames))
         except ValueError as e:
@@ -1600,11 +1600,11 @@ def write_results(path: str | os.PathLike, table: Mapping[str, Any], *,
     if ext in (".parquet", ".pq"):
         pa = _need("pyarrow", path)
         pq = _need("pyarrow.parquet", path)
-        t = _arrow_table(cols, pa)
+        t = arrow_table(cols, pa)
         meta = {b"wuji_jax.shapes": json.dumps(shapes).encode(),
                 b"wuji_jax.names": json.dumps({k: list(v) for k, v in (names or {}).items()}).encode()}
         t = t.replace_schema_metadata({**(t.schema.metadata or {}), **meta})
-        pq.write_table(t, path, use_dictionary=_dictionary_columns(t.schema, pa))
+        pq.write_table(t, path, use_dictionary=dictionary_columns(t.schema, pa))
         return path
     keys = list(cols)
     texts = [_csv_texts(cols[k]) for k in keys]

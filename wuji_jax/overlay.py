@@ -334,7 +334,7 @@ def render_overlay(video: str | os.PathLike, recording, result, path: str | os.P
             recording without image landmarks, or arrays whose lengths disagree (one line each).
         RuntimeError: OpenCV cannot open an ``mp4v`` writer (codec missing, folder not writable).
     """
-    from .video import _Progress
+    from .video import Progress
 
     path = Path(path)
     if path.suffix.lower() != ".mp4":
@@ -376,7 +376,7 @@ def render_overlay(video: str | os.PathLike, recording, result, path: str | os.P
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.part.mp4")
     writer: Any = None
-    bar = _Progress(f"overlay {video.name}", total, progress)
+    bar = Progress(f"overlay {video.name}", total, progress)
     i = 0
     try:
         while i < total:

@@ -186,7 +186,7 @@ def resolve_model_path(model: str | os.PathLike | None = None, *, download: bool
 # ------------------------------------------------------------------------------------------------
 
 
-class _Progress:
+class Progress:
     """One self-overwriting stderr line: frames done, frames with a hand, frames/s."""
 
     def __init__(self, label: str, total: int | None, enabled: bool, stream=None):
@@ -448,7 +448,7 @@ def extract_landmarks(source: str | os.PathLike | int, model: str | os.PathLike 
     with quiet:
         landmarker = vision.HandLandmarker.create_from_options(opts)
     try:
-        bar = _Progress(Path(label).name if not camera else label, frames.total, progress)
+        bar = Progress(Path(label).name if not camera else label, frames.total, progress)
         stream = iter(frames)
         try:
             for frame, t in stream:

@@ -43,7 +43,7 @@ _FINGER_ABBR = {"thumb": "T", "index_finger": "I", "middle_finger": "M", "ring_f
 _VIEWS = {"top": ("Top (X-Z)", 0, 2), "side": ("Side (Y-Z)", 1, 2), "front": ("Front (X-Y)", 0, 1)}
 
 
-def _mpl():
+def agg_figure_classes():
     """Import matplotlib lazily; a clear ``ImportError`` if the viz extra is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -94,7 +94,7 @@ def _three_views(spans: np.ndarray, axis_names: Sequence[str], title: str | None
     the lower right cell is returned for a legend. Cells are sized in proportion to the data ranges, so
     every view has the same scale (mm per inch) and equal aspect.
     """
-    Figure, FigureCanvasAgg = _mpl()
+    Figure, FigureCanvasAgg = agg_figure_classes()
     xr, yr, zr = (float(s[1] - s[0]) for s in spans)
     left, right, bottom, top, gap = 0.75, 0.2, 0.55, 0.75, 0.75  # inches
     scale = (width_in - left - right - gap) / (xr + yr)  # inches per mm
@@ -343,7 +343,7 @@ def plot_timeseries(t, values, labels: Sequence[str], path=None, title: str | No
     Returns:
         The ``matplotlib.figure.Figure``.
     """
-    Figure, FigureCanvasAgg = _mpl()
+    Figure, FigureCanvasAgg = agg_figure_classes()
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(values, dtype=np.float64)
     if t.ndim != 1:

@@ -243,7 +243,7 @@ def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cf
     ch = st.ch
     B = kp.shape[-1]
     u, z, z0 = _residuals(x, kp, prob)
-    e, e0 = u - z, -z0
+    e = u - z
     delta = cfg.huber_delta / REF
     W = prob.w * huber(geo.dot(e, e), delta)[1]  # (K, G, B)
     W0 = prob.w_root * huber(geo.dot(z0, z0), delta)[1]  # (r, B)
