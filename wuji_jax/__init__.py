@@ -16,7 +16,11 @@ The map of the library (everything below is public):
 * cache:      ``enable_compilation_cache``: JAX's persistent compilation cache in one call
 * tiered:     first answers while XLA compiles: a program's jaxpr evaluated in numpy (``solve``, ``FrameSolver``)
 * devices:    ``use_cpu_cores``: one JAX CPU device per core; big batches are split over the devices
-* io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``; lazy)
+* io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``; lazy), both
+              into ``recording``'s ``LandmarkRecording``
+* batch:      ``solve_dataset``: landmark files in, one resumable table of angles out (lazy)
+* ray_cluster: ``solve_dataset_ray``: the same table from a Ray cluster's workers (extra ``ray``)
+* cli:        the ``wuji-jax`` command line (``inspire_cli``: its ``inspire`` verb; ``cli_common``: what both use)
 * viz:        pictures (extra ``viz``; lazy)
 * overlay:    ``render_overlay``: the input video with landmarks, the fit and Inspire bars, as MP4 (lazy)
 * viewer:     ``write_viewer``: interactive, self-contained HTML view of the kinematic tree (lazy)
