@@ -17,6 +17,7 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import batch
+from wuji_jax.runner import kernel, store, table
 from wuji_jax.cli import main
 from wuji_jax.solver import FLAG_TOO_FEW_LANDMARKS, solve_rows
 
@@ -197,7 +198,7 @@ class _Killed(RuntimeError):
 
 
 def _kill_after(monkeypatch, n_parts: int):
-    real = batch._write_part
+    real = batch.write_part
     calls = []
 
     def write_then_die(path, arrays):
@@ -206,7 +207,7 @@ def _kill_after(monkeypatch, n_parts: int):
         real(path, arrays)
         calls.append(path)
 
-    monkeypatch.setattr(batch, "_write_part", write_then_die)
+    monkeypatch.setattr(batch, "write_part", write_then_die)
     return calls
 
 
@@ -365,8 +366,8 @@ def test_a_fresh_run_writes_its_table_while_solving(tmp_path, world, monkeypatch
     import pyarrow.parquet as pq
 
     assembled = []
-    real = batch._assemble
-    monkeypatch.setattr(batch, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
+    real = table._assemble
+    monkeypatch.setattr(table, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
     a = _npy(tmp_path / "a.npy", world[:150])
     alone = tmp_path / "alone.parquet"
     assert batch.solve_dataset(a, alone, **FAST)["frames"] == 150
@@ -400,15 +401,15 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     import threading
 
     events = []
-    real_hash, real_program, real_imports = batch._content_hash, batch.Kernel.program, batch._import_writers
+    real_hash, real_program, real_imports = store._content_hash, batch.Kernel.program, batch.import_writers
 
     def program(self, inspire, args, lowered_hook=None):
         events.append(("program", threading.current_thread().name))
         return real_program(self, inspire, args, lowered_hook and (lambda: events.append(("lowered",)) or lowered_hook()))
 
-    monkeypatch.setattr(batch, "_content_hash", lambda path: events.append(("hash",)) or real_hash(path))
+    monkeypatch.setattr(store, "_content_hash", lambda path: events.append(("hash",)) or real_hash(path))
     monkeypatch.setattr(batch.Kernel, "program", program)
-    monkeypatch.setattr(batch, "_import_writers", lambda *a: events.append(("imports",)) or real_imports(*a))
+    monkeypatch.setattr(batch, "import_writers", lambda *a: events.append(("imports",)) or real_imports(*a))
     left = _npy(tmp_path / "l.npy", world[:70] * np.array([-1.0, 1.0, 1.0]))  # a left hand (mirrored)
     s = batch.solve_dataset(left, tmp_path / "l.parquet", side="auto", **FAST)
     assert s["frames"] == 70 and s["valid"] == 70
@@ -443,8 +444,8 @@ def test_a_program_two_runs_ask_for_at_once_is_made_once(world, monkeypatch):
         return real_make(self, *a)
 
     monkeypatch.setattr(batch.Kernel, "_make", slow_make)
-    monkeypatch.setattr(batch, "_PROGRAMS", {})
-    monkeypatch.setattr(batch, "_MAKING", {})
+    monkeypatch.setattr(kernel, "_PROGRAMS", {})
+    monkeypatch.setattr(kernel, "_MAKING", {})
     config = wj.SolverConfig(iterations=FAST["iterations"])
     kernels = [batch.Kernel(config, jax.devices()[:1], FAST["chunk_size"], np.float64, quick=True)
                for _ in range(2)]
@@ -452,7 +453,7 @@ def test_a_program_two_runs_ask_for_at_once_is_made_once(world, monkeypatch):
         k.preload(True)
     for k in kernels:
         k.wait()
-    assert len(made) == 1 and len(batch._PROGRAMS) == 1
+    assert len(made) == 1 and len(kernel._PROGRAMS) == 1
     got = [k.collect(k.dispatch("right", world[:5], True), 5) for k in kernels]
     np.testing.assert_array_equal(got[0]["angles"], got[1]["angles"])
     np.testing.assert_allclose(got[0]["angles"], _reference("right", world[:5])["angles"], atol=1e-9)
@@ -483,6 +484,7 @@ _MULTI = textwrap.dedent("""
     jax.config.update("jax_enable_x64", True)
     import numpy as np
     from wuji_jax import batch
+    from wuji_jax.runner import kernel
     assert len(jax.local_devices()) == 4, jax.local_devices()
     # the kernel solve_dataset makes below for this job (300 frames, a small job: batches of 64 rows,
     # quick compile options), so that its program, compiled here, is the one the job runs
@@ -495,7 +497,7 @@ _MULTI = textwrap.dedent("""
     s = batch.solve_dataset(sys.argv[1], sys.argv[2], chunk_size=64, iterations=5, progress=False,
                             plot=False)
     assert len(s["devices"]) == 4, s["devices"]
-    assert len(batch._PROGRAMS) == 1, list(batch._PROGRAMS)  # the job ran the program checked above
+    assert len(kernel._PROGRAMS) == 1, list(kernel._PROGRAMS)  # the job ran the program checked above
     print("frames", s["frames"])
 """)
 
@@ -622,7 +624,7 @@ def test_parquet_writer_builds_its_columns_without_pandas(tmp_path):
         import json, sys
         from pathlib import Path
         import numpy as np
-        from wuji_jax.batch import _Writer
+        from wuji_jax.runner.table import _Writer
         w = _Writer(Path(sys.argv[1]))
         w.write({"source": np.array(["a.npy", "bé.npy", "a.npy"]), "frame": np.arange(3)[::-1],
                  "valid": np.array([True, False, True]), "x": np.array([0.5, np.nan, 2.0], np.float32),

@@ -159,14 +159,14 @@ def test_a_fresh_run_of_known_size_writes_its_table_as_blocks_arrive(cluster, da
     """Inputs whose frame counts are known (npy, parquet): the driver writes the table block by block in
     input order while the two workers solve (blocks that finish early wait in their part files), and
     nothing is assembled afterwards; the table equals solve_dataset's bit for bit."""
-    import wuji_jax.batch as batch
+    from wuji_jax.runner import table
 
     files = [data["files"][0], data["files"][2]]  # 3 + 2 blocks of 128 frames
     ref = tmp_path / "reference.parquet"
     solve_dataset(files, ref, devices=1, progress=False, **SETTINGS)
     assembled = []
-    real = batch._assemble
-    monkeypatch.setattr(batch, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
+    real = table._assemble
+    monkeypatch.setattr(table, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
     out = tmp_path / "angles.parquet"
     s = _solve(cluster, {**data, "files": files}, out)
     assert assembled == [] and s["frames"] == 450 and s["ray"]["workers"] == 2

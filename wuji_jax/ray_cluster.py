@@ -26,7 +26,7 @@ How a run is laid out
   chunks, exactly as the single-machine run, then starts reading one chunk before the block (the
   timestamps' order is checked across its start): ``.npy``, ``.npz`` and HDF5 at that frame,
   Parquet at the row group holding it; CSV and JSONL (one block per file anyway) from the start.
-  Each chunk is solved by :class:`wuji_jax.batch.Kernel` with the same ``batch_size``, compile
+  Each chunk is solved by :class:`wuji_jax.runner.kernel.Kernel` with the same ``batch_size``, compile
   options (a small job's quick ones), solver settings and dtype as
   :func:`~wuji_jax.batch.solve_dataset` (padded with NaN rows to whole batches), so every frame's
   values equal the single-machine run's on as many devices of the same type
@@ -98,8 +98,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import batch as _batch
 from . import io as wio
+from .batch import DEFAULT_CHUNK_SIZE
+from .runner.kernel import Kernel, default_batch, kernel_compile_options, quick_job
+from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
+from .runner.store import (OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays, part_ok, read_part,
+                           remove_stale_temporaries, run_identity)
+from .runner.table import Assembler, finish_table, plot_angles
 
 __all__ = ["solve_dataset_ray", "require_ray", "DEFAULT_BLOCK_CHUNKS"]
 
@@ -163,7 +168,7 @@ class _BlockSolver:
         self.s = settings
         self.config = settings["config"]
         self.dtype = np.dtype(settings["dtype"])
-        self.kernel = _batch.Kernel(self.config, devices, settings["batch_size"], self.dtype, quick=settings["quick"])
+        self.kernel = Kernel(self.config, devices, settings["batch_size"], self.dtype, quick=settings["quick"])
         self.worker = f"{socket.gethostname()}:{os.getpid()} " + ",".join(map(str, devices))
         self.crash_once = crash_once
         self._warm_up(folder, device, len(devices))
@@ -247,13 +252,13 @@ class _BlockSolver:
         def decide(world):  # the side and the unit check, from the file's first chunks
             nonlocal side, checked
             if side is None:
-                side = _batch.side_of_file(s["side"], world, name, meta["notes"])
+                side = side_of_file(s["side"], world, name, meta["notes"])
             if not checked and np.isfinite(world).all(axis=(1, 2)).any():
                 from .landmarks import unit_problem
 
                 problem = unit_problem(world)
                 if problem:
-                    raise _batch.FileError(f"{name}: {problem} (or pass check_units=False)")
+                    raise FileError(f"{name}: {problem} (or pass check_units=False)")
                 checked = True
 
         try:
@@ -262,7 +267,7 @@ class _BlockSolver:
             # there are read from the start (io._reader)
             skip = max(start - s["chunk_size"], 0)
             if skip:
-                head = _batch.read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"])
+                head = read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"])
                 for local, world, _ in head:
                     if local >= skip:
                         break
@@ -270,8 +275,8 @@ class _BlockSolver:
                     if side is not None and checked:
                         break
                 head.close()
-            for local, world, t in _batch.Prefetch(
-                    _batch.read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"], skip)):
+            for local, world, t in Prefetch(
+                    read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"], skip)):
                 decide(world)
                 m = world.shape[0]
                 if local + m <= start:  # before this block: read for the side and unit check only
@@ -285,7 +290,7 @@ class _BlockSolver:
                 time_parts.append(np.asarray(t, np.float64))
                 meta["frames"] += m
             collect()
-        except _batch.FileError as e:
+        except FileError as e:
             msg = str(e)
             if path != name and msg.startswith(path):  # name the file as the caller did
                 msg = name + msg[len(path):]
@@ -308,7 +313,7 @@ class _BlockSolver:
 
 @dataclasses.dataclass(frozen=True)
 class _Device:
-    """What :func:`wuji_jax.batch.run_identity` reads of a device: its platform."""
+    """What :func:`wuji_jax.runner.store.run_identity` reads of a device: its platform."""
 
     platform: str
 
@@ -382,7 +387,7 @@ def solve_dataset_ray(
     source: Any,
     out: str | os.PathLike,
     side: str = "right",
-    chunk_size: int = _batch.DEFAULT_CHUNK_SIZE,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     resume: bool = True,
     progress: bool = True,
     inspire: bool = True,
@@ -470,14 +475,14 @@ def solve_dataset_ray(
             raise ValueError(f"iterations must be >= 1, got {iterations}")
         config = dataclasses.replace(config, iterations=int(iterations))
     max_frames = wio.check_max_frames(max_frames)
-    out = _batch.out_path(out)
+    out = out_path(out)
     dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
     cache = _cache_setting(compilation_cache)
 
     files = wio.expand_sources(source)
-    _batch.check_outputs(source, files, out)
-    counts = [_batch.count_frames(f) for f in files]  # the headers, read once (batch size and blocks)
-    most = _batch.most_frames(files, counts)
+    check_outputs(source, files, out)
+    counts = [count_frames(f) for f in files]  # the headers, read once (batch size and blocks)
+    most = most_frames(files, counts)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = _connect(ray, address, progress)
     try:
@@ -487,15 +492,15 @@ def solve_dataset_ray(
             raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
         k = 1 if gpu else _cpus_per_worker(ray, cpus_per_worker)
         if batch_size is None:  # as solve_dataset's for these files
-            batch_size = _batch.default_batch(chunk_size, "gpu" if gpu else "cpu", k, most)
+            batch_size = default_batch(chunk_size, "gpu" if gpu else "cpu", k, most)
         batch_size = -(-max(int(batch_size), 1) // k) * k  # a multiple of the worker's devices
         if workers is None:
             workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)) // k, 1)
         run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "counts": counts,
                "gpu": gpu, "cpus": k, "workers": int(workers), "cache": cache, "crash_once": None if _crash_once is None
                else str(_crash_once), "address": address,
-               "quick": _batch.quick_job(most)}
-        with _batch.OutputLock(out):
+               "quick": quick_job(most)}
+        with OutputLock(out):
             return _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progress, inspire,
                                  on_error, check_units, fps, plot, keep_parts, max_frames, run, t_start)
     finally:
@@ -507,16 +512,16 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
                   check_units, fps, plot, keep_parts, max_frames, run, t_start) -> dict[str, Any]:
     """:func:`solve_dataset_ray` once its arguments are checked, Ray runs and the output is locked."""
     config, dtype, batch_size, gpu = run["config"], run["dtype"], run["batch_size"], run["gpu"]
-    platform = "gpu" if gpu else "cpu"  # the workers' devices and compile options (their batch.Kernel)
-    identity = _batch.run_identity(files, chunk_size, side, config, inspire, check_units, fps, dtype,
+    platform = "gpu" if gpu else "cpu"  # the workers' devices and compile options (their runner.kernel.Kernel)
+    identity = run_identity(files, chunk_size, side, config, inspire, check_units, fps, dtype,
                                 [_Device(platform)] * run["cpus"], batch_size,
-                                _batch.kernel_compile_options(platform, run["quick"]))
+                                kernel_compile_options(platform, run["quick"]))
     identity.update(runner=_RUNNER, block_size=block_size, max_frames=max_frames)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    _batch.remove_stale_temporaries(out)
+    remove_stale_temporaries(out)
 
     notes: list[str] = []
-    parts_dir, manifest_path, old = _batch.open_parts(out, identity, resume, notes, " (or it was not a Ray run)")
+    parts_dir, manifest_path, old = open_parts(out, identity, resume, notes, " (or it was not a Ray run)")
     recorded: dict[int, dict] = {int(u["unit"]): u for u in old.get("units", [])} if old else {}
 
     blocks = _blocks(run["counts"], block_size, max_frames)
@@ -530,7 +535,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     for u, rec in recorded.items():
         if u >= len(blocks):
             continue
-        if rec.get("error") or not rec.get("frames") or _batch.part_ok(part_path(blocks[u]), digest):
+        if rec.get("error") or not rec.get("frames") or part_ok(part_path(blocks[u]), digest):
             done[u] = rec
     keep = {part_path(blocks[u]) for u, r in done.items() if r.get("frames") and not r.get("error")}
     for p in parts_dir.glob("chunk_*.npz"):
@@ -540,7 +545,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
 
     def save_manifest():
         manifest["units"] = [done[u] for u in sorted(done)]
-        _batch.atomic_json(manifest_path, manifest)
+        atomic_json(manifest_path, manifest)
 
     save_manifest()
     failed_files = {r["file"] for r in done.values() if r.get("error")}
@@ -556,8 +561,8 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     n_workers = min(run["workers"], len(todo)) if todo else 0
     # a fresh run of known size writes its table while the workers solve, block by block in input order
     # (a block that comes early waits in its part file); a failed block sends it back to the parts
-    total = _batch.total_frames(run["counts"])
-    stream = _batch.Assembler(out, [str(f) for f in files], inspire, total) \
+    total = total_frames(run["counts"])
+    stream = Assembler(out, [str(f) for f in files], inspire, total) \
         if todo and not done and total is not None else None
     arrived: set[int] = set()
     streamed = 0  # the blocks 0 .. streamed - 1 are in the table
@@ -587,8 +592,8 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
                 arrived.add(u)
                 while stream is not None and streamed in arrived:
                     if done[streamed]["frames"]:
-                        stream.add(_batch.part_arrays(_bytes_io.BytesIO(blob)) if streamed == u
-                                   else _batch.read_part(part_path(blocks[streamed])))
+                        stream.add(part_arrays(_bytes_io.BytesIO(blob)) if streamed == u
+                                   else read_part(part_path(blocks[streamed])))
                     streamed += 1
     except BaseException as e:
         if stream is not None:
@@ -630,7 +635,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
             on_disk = None
         if on_disk != manifest:
             raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
-        assembled = _batch.finish_table(stream, streamed == len(blocks), out, [part_path(b) for b in good], failed,
+        assembled = finish_table(stream, streamed == len(blocks), out, [part_path(b) for b in good], failed,
                                          files, inspire, n_rows, digest)
     except BaseException:
         if stream is not None:
@@ -641,7 +646,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     plot_path = None
     if plot:
         try:
-            plot_path = _batch.plot_angles(out.with_name(out.stem + "_plot.png"), assembled["sample"],
+            plot_path = plot_angles(out.with_name(out.stem + "_plot.png"), assembled["sample"],
                                      len({b["file"] for b in good}) == 1)
         except ImportError:
             notes.append("plot skipped: matplotlib is not installed (pip install 'wuji-jax[viz]')")
@@ -662,7 +667,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
                 "cpus_per_worker": None if gpu else run["cpus"], "use_gpu": gpu,
                 "blocks": len(blocks), "block_size": block_size},
     }
-    _batch.atomic_json(Path(summary["summary"]), summary)
+    atomic_json(Path(summary["summary"]), summary)
     if not keep_parts:
         shutil.rmtree(parts_dir, ignore_errors=True)
     return summary

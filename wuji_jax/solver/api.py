@@ -658,7 +658,7 @@ def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = No
     # bucket's size is compiled quickly (its compilation outweighs its run, wuji_jax.cache), as two
     # programs side by side (staged_program)
     quick = quick_compile_options(platform) if size <= max(BUCKETS) else None
-    if quick:  # named as the dataset runner's stages (batch.Kernel.staged): the same programs where shapes match
+    if quick:  # named as the dataset runner's stages (runner.kernel.Kernel.staged): the same programs where shapes match
         staged = staged_program(start_warm if warm else start_cold, fit_chunked, "solve_chunked", pieces[0], quick,
                                 tiered=True)
         program = lambda *a: IKResult(**staged(*a))  # noqa: E731
