@@ -102,8 +102,8 @@ from . import io as wio
 from .batch import DEFAULT_CHUNK_SIZE
 from .runner.kernel import Kernel, default_batch, kernel_compile_options, quick_job
 from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
-from .runner.store import (OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays, part_ok, read_part,
-                           remove_stale_temporaries, run_identity)
+from .runner.store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays,
+                           part_ok, read_part, remove_stale_temporaries, run_identity)
 from .runner.table import Assembler, finish_table, plot_angles
 
 __all__ = ["solve_dataset_ray", "require_ray", "DEFAULT_BLOCK_CHUNKS"]
@@ -113,7 +113,6 @@ __all__ = ["solve_dataset_ray", "require_ray", "DEFAULT_BLOCK_CHUNKS"]
 DEFAULT_BLOCK_CHUNKS = 16
 #: blocks a worker solves side by side (where Ray Data allows it, see :func:`_actor_pool`)
 BLOCKS_PER_WORKER = 2
-_MANIFEST_VERSION = 1
 _RUNNER = "ray"
 _INSTALL = "pip install 'wuji-jax[ray]'"
 
@@ -541,7 +540,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
     for p in parts_dir.glob("chunk_*.npz"):
         if p not in keep:  # cut short, or not recorded: solved again
             p.unlink()
-    manifest = {"version": _MANIFEST_VERSION, "identity": identity, "units": []}
+    manifest = {"version": MANIFEST_VERSION, "identity": identity, "units": []}
 
     def save_manifest():
         manifest["units"] = [done[u] for u in sorted(done)]
