@@ -150,7 +150,7 @@ def _one_source(table, wanted: str | None, option: str = "--source"):
         if len(names) > 1:
             shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
             raise UsageError(f"{table.path}: holds the frames of {len(names)} recordings ({shown}); a command "
-                               f"stream is one take: choose one with {option} FILE")
+                             f"stream is one take: choose one with {option} FILE")
         return table
     if table.source is None:
         raise UsageError(f"{option} {wanted}: {table.path} has no 'source' column; drop {option}")
@@ -158,7 +158,7 @@ def _one_source(table, wanted: str | None, option: str = "--source"):
     if len(hits) != 1:
         why = "matches none" if not hits else f"matches {len(hits)}"
         raise UsageError(f"{option} {wanted}: {why} of the recordings in {table.path} ({', '.join(names[:8])}); "
-                           "give the full name")
+                         "give the full name")
     return table.rows(np.asarray(table.source) == hits[0])
 
 
@@ -185,7 +185,7 @@ def _invalid_rows(valid, describe, source: str, skip: bool, index=None):
         )
     if bad.size == len(valid):
         raise UsageError(f"{source}: every frame ({bad.size}) is marked invalid by the solver{why}; nothing "
-                           "to convert")
+                         "to convert")
     print(f"note: {source}: left out {bad.size} frame(s) marked invalid by the solver (--skip-invalid)",
           file=sys.stderr)
     return np.asarray(valid, bool)

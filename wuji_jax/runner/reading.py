@@ -72,7 +72,8 @@ _MIN_FRAME_BYTES = {".csv": 63, ".tsv": 63, ".jsonl": 15, ".ndjson": 15, ".json"
 
 
 def most_frames(files: Sequence[Any], counts: Sequence[int | None]) -> int | None:
-    """At most how many frames ``files`` hold, to decide whether a job is small (:func:`~wuji_jax.runner.kernel.quick_job`):
+    """At most how many frames ``files`` hold, to decide whether a job is small
+    (:func:`~wuji_jax.runner.kernel.quick_job`):
     their ``counts`` (:func:`count_frames`) where known; a CSV's, JSONL's or unreadable ``.npy``'s size
     over the fewest bytes a frame takes (:data:`_MIN_FRAME_BYTES`; a 70-frame CSV of 79 kB is at most
     1,254 frames: so a corrupt file among small ones leaves the job small); a
