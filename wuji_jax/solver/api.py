@@ -42,9 +42,10 @@ from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
 from ..tiered import Tiered
 from ..tiered import enabled as tiered_enabled
-from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
+from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL, FLAG_NO_DERIVATIVE, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
-from .lm import Problem, Structure, Variables, cost, keypoints, minimise
+from .adjoint import minimise
+from .lm import Problem, Structure, Variables, cost, keypoints
 from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_chunked", "Start", "start_rows", "fit_rows", "start_chunked", "fit_chunked",
@@ -191,7 +192,7 @@ def fit_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, star
     prob = _problem(hand, ch, y, w, q0, soft)
     empty = jnp.zeros((0, y.shape[-1]), dtype)
     x = Variables(start.q.T, start.rot.T if soft else empty, jnp.moveaxis(start.R, 0, -1), start.t.T, start.logs)
-    x, iters, converged = minimise(hand, st, params, prob, config, x, valid)
+    x, iters, converged, exact = minimise(hand, st, params, prob, config, x, valid)
 
     # LM keeps the angles within the limits (lm.step); frames without enough landmarks keep their start pose
     q_start = jnp.clip(q0, hand.lower[:, None], hand.upper[:, None])
@@ -220,7 +221,8 @@ def fit_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, star
              | jnp.where(bad_scale, FLAG_BAD_SCALE, 0)
              | jnp.where(resid > config.flag_residual, FLAG_HIGH_RESIDUAL, 0)
              | jnp.where(start.det < 0, FLAG_MIRRORED, 0)
-             | jnp.where(finite_fit, 0, FLAG_NOT_FINITE)).astype(jnp.int32)
+             | jnp.where(finite_fit, 0, FLAG_NOT_FINITE)
+             | jnp.where(exact | ~valid, 0, FLAG_NO_DERIVATIVE)).astype(jnp.int32)
     return dict(angles=q.T, coupled=rot.T, rotation=jnp.transpose(x.R, (2, 0, 1)), translation=x.t.T, scale=s,
                 keypoints=jnp.transpose(fit, (2, 1, 0)), residual=resid, errors=errs.T, valid=valid & finite_fit & ~bad_scale,
                 converged=converged & valid & finite_fit & ~bad_scale, iterations=iters, flags=flags, cost=c)
@@ -580,7 +582,8 @@ DEFAULT_CONFIG = SolverConfig()
 def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = False) -> IKResult:
     """:func:`solve` after the checks (used by :func:`~wuji_jax.solve_sequence` too)."""
     dtype = _F64 if (lm.dtype == _F64 and jax.config.jax_enable_x64) else _F32
-    traced = is_traced(lm, weights, q0a)
+    # a traced model or setting (a derivative in them) takes the traced path too
+    traced = is_traced(lm, weights, q0a, *jax.tree_util.tree_leaves(hand), *jax.tree_util.tree_leaves(config))
     xp = jnp if traced else np
     lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
     cfg = config if is_traced(*jax.tree_util.tree_leaves(config)) else config_arrays(config, dtype)

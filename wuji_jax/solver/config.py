@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = [
     "SolverConfig", "IKResult", "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL",
-    "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_DEGENERATE", "DEGENERATE_SPREAD", "FLAG_NAMES",
+    "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_DEGENERATE", "FLAG_NO_DERIVATIVE", "DEGENERATE_SPREAD", "FLAG_NAMES",
 ]
 
 FLAG_TOO_FEW_LANDMARKS = 1  #: fewer than ``config.min_landmarks`` usable landmarks, or < 3 palm points
@@ -23,9 +23,13 @@ FLAG_NOT_FINITE = 16  #: the fit is not finite (e.g. coordinates near float over
 #: hand; not solved (the start pose is returned) and ``valid`` is False
 FLAG_DEGENERATE = 32
 DEGENERATE_SPREAD = 1e-6  #: metres
+#: set only where a derivative of the fit is taken (``jax.grad``/``jvp`` through :func:`~wuji_jax.solve`):
+#: the frame's derivative is not exact, and is 0 (its fit did not converge, its Hessian is not positive
+#: definite, or a joint sits at a limit with no force holding it there: :mod:`wuji_jax.solver.adjoint`)
+FLAG_NO_DERIVATIVE = 64
 FLAG_NAMES = {FLAG_TOO_FEW_LANDMARKS: "too_few_landmarks", FLAG_BAD_SCALE: "bad_scale",
               FLAG_HIGH_RESIDUAL: "high_residual", FLAG_MIRRORED: "mirrored", FLAG_NOT_FINITE: "not_finite",
-              FLAG_DEGENERATE: "degenerate"}
+              FLAG_DEGENERATE: "degenerate", FLAG_NO_DERIVATIVE: "no_derivative"}
 
 _STATIC = ("coupling",)
 _INTEGER = ("iterations", "min_landmarks")

@@ -22,42 +22,18 @@ The pieces, each a pure function of named pytrees:
   would push past it is held there for the step (its row and column leave the system: Bertsekas'
   projected Newton method, 1982). As a penalty alone, with no curvature at its edge, a limit made
   the first steps of frames with joints at it overshoot and be rejected;
-* :func:`minimise`: the loop (``lax.while_loop``: a batch stops as soon as every frame has
+* :func:`loop`: the loop (``lax.while_loop``: a batch stops as soon as every frame has
   converged or stalled, at the latest after ``iterations``). Its iteration 0 evaluates the start, so
   that the keypoints and Jacobian are written once in the program, inside the loop.
 
-Derivatives: :func:`minimise` is a ``jax.custom_jvp``. Its tangent is that of
-:data:`DERIVATIVE_STEPS` undamped Gauss–Newton steps taken from the solution: the implicit-function
-derivative of the optimum, summed as a Neumann series whose first term (one step) is exact for a
-zero-residual fit and whose later terms correct for the Huber and residual curvature that Gauss–Newton
-leaves out, where they converge: a landmark in the Huber loss's linear zone has a curvature Gauss–Newton
-overrates, and there the derivative stays approximate. ``jax.grad``/``jacfwd`` through the solver never
-differentiate the loop. Against central differences of the converged float64 solve: noise-free
-frames 1e-6 relative (tests/test_gradients.py); a real frame along two directions 24 % and 0.06 %
-(1 step, 8 steps), along a third 16 % with 8 steps (notebooks/03).
-
-The steps hold their Gauss–Newton matrix constant: its derivative multiplies the gradient, which is 0
-at the optimum. Not differentiating the matrix and its factorisation made ``jax.value_and_grad``
-through :func:`wuji_jax.solve` compile in 36.4 s instead of 47.0 s (float64, one frame, 2-core CPU),
-with gradients equal to 3e-7 at a tight solution and 2.5 % apart at the default settings.
-
-Batches (chunks) of at most :data:`REDUCE_DERIVATIVE_FRAMES` frames trace the steps' sums as reductions
-(:data:`wuji_jax.geometry.REDUCE`) on every device, larger ones as the solver's own kernels (adds of
-slices on the CPU). ``benchmarks/bench_gradient.py`` (``jax.jit(jax.value_and_grad)`` of a loss on
-:func:`wuji_jax.solve`'s angles, float32, default settings, 2-core CPU), adds of slices → reductions:
-one frame, compile 26.9 → 20.6 s and 3.01 → 2.33 ms a call; 64 frames, 33.7 → 26.7 s and 415 → 410 µs
-a frame; 256 frames, 30.2 → 23.7 s but 349 → 389 µs a frame (so slices there). Linearising the step
-once at the solution and iterating its tangent (``dx ← T_x·dx + T_θ·dθ``) ran 256 frames in 209 µs a
-frame and compiled in 22.8 s, but jax 0.6 and 0.7 cannot transpose a loop over tangents written in a
-custom JVP rule (``_scan_transpose``: AssertionError), and this package supports jax ≥ 0.6.1.
+Derivatives: :func:`loop` is not differentiated; :func:`wuji_jax.solver.adjoint.minimise` runs it
+and gives the exact implicit-function derivative of its solution.
 
 Layout: components first, frames last (:mod:`wuji_jax.chains`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from typing import NamedTuple
 
 import jax
@@ -69,15 +45,10 @@ from ..chains import ChainParams, Chains, coupled_rows, fk, fk_variables, link_a
 from ..model import HandModel
 from .config import SolverConfig
 
-__all__ = ["REF", "DERIVATIVE_STEPS", "REDUCE_DERIVATIVE_FRAMES", "Structure", "Problem", "Variables", "LMState", "evaluate", "cost", "normal_equations", "gauss_newton_step", "step",
-           "minimise", "chol_solve", "huber"]
+__all__ = ["REF", "Structure", "Problem", "Variables", "LMState", "evaluate", "cost", "normal_equations",
+           "gauss_newton_step", "step", "loop", "chol_solve", "huber"]
 
 REF = 0.01  #: metres: residuals are measured in units of 1 cm inside the solver
-#: Gauss–Newton steps whose tangent gives the solver's derivative (see the module docstring)
-DERIVATIVE_STEPS = 8
-#: batches (chunks) of at most this many frames trace the derivative's sums as reductions (see the
-#: module docstring)
-REDUCE_DERIVATIVE_FRAMES = 64
 _LOG_S = (float(np.log(0.1)), float(np.log(10.0)))  # bounds of the log scale
 
 
@@ -376,7 +347,9 @@ def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverCon
                    active=s.active & ~done & ~stalled, i=s.i + 1)
 
 
-def _loop(st: Structure, theta, x0: Variables, active):
+def loop(st: Structure, theta, x0: Variables, active):
+    """Run LM from ``x0`` on the frames where ``active (B,)``; ``theta = (hand, params, prob, cfg)``.
+    Returns the variables, the iterations each frame ran and whether it converged."""
     hand, params, prob, cfg = theta
     x0 = x0._replace(q=jnp.clip(x0.q, hand.lower[:, None], hand.upper[:, None]))  # LM stays within the limits
     kp, J = jax.eval_shape(lambda: evaluate(hand, st, params, x0))  # evaluated by iteration 0 (step)
@@ -394,44 +367,3 @@ def _loop(st: Structure, theta, x0: Variables, active):
     s = jax.lax.while_loop(lambda s: (s.i == 0) | ((s.i <= cfg.iterations) & jnp.any(s.active)),
                            lambda s: step(hand, st, params, prob, cfg, s), s)
     return s.x, s.iterations, s.converged
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _minimise(st: Structure, theta, x0: Variables, active):
-    return _loop(st, theta, x0, active)
-
-
-@_minimise.defjvp
-def _minimise_jvp(st, primals, tangents):
-    theta, x0, active = primals
-    x, iterations, converged = _minimise(st, theta, x0, active)
-    hand, params, prob, cfg = theta
-
-    def steps(theta):  # Gauss–Newton steps from the (fixed) solution: their tangent is the derivative
-        hand, params, prob, cfg = theta
-
-        def gn(_, xi):
-            kp, J = evaluate(hand, st, params, xi)
-            A, Bm, C, gq, gp = normal_equations(hand, st, xi, kp, J, prob, cfg)
-            # the matrix as a constant: its derivative multiplies the gradient, which is 0 at the optimum
-            A, Bm, C = (jax.lax.stop_gradient(a) for a in (A, Bm, C))
-            dq, dp, _ = gauss_newton_step(A, Bm, C, gq, gp, jnp.zeros_like(xi.logs))
-            return _apply(st.ch, xi, dq, dp, st.soft, cfg)
-
-        return jax.lax.fori_loop(0, DERIVATIVE_STEPS, gn, x)
-
-    # small batches: sums as reductions on every device, a smaller program (module docstring)
-    small = x.logs.shape[-1] <= REDUCE_DERIVATIVE_FRAMES
-    with geo.summing(geo.REDUCE) if small else contextlib.nullcontext():
-        _, dx = jax.jvp(steps, (theta,), (tangents[0],))
-    zero = lambda a: np.zeros(a.shape, jax.dtypes.float0)  # noqa: E731
-    return (x, iterations, converged), (dx, zero(iterations), zero(converged))
-
-
-def minimise(hand: HandModel, st: Structure, params: ChainParams, prob: Problem, cfg: SolverConfig, x0: Variables,
-             active):
-    """Run LM from ``x0`` on the frames where ``active (B,)``; returns the variables, the iterations
-    each frame ran and whether it converged. Differentiable in ``hand``, ``params``, ``prob`` and
-    ``cfg`` (one-step implicit derivative, see the module docstring); ``x0`` is only a start."""
-    x0 = jax.lax.stop_gradient(x0)
-    return _minimise(st, (hand, params, prob, cfg), x0, active)
