@@ -223,10 +223,11 @@ def test_landmark_columns_named_as_mediapipe_names_them(tmp_path):
         rec = io.load_landmarks(path)
         np.testing.assert_array_equal(rec.world, w)
         np.testing.assert_allclose(rec.timestamps, [0.0, 0.1, 0.2])
-    # the x0 ... z20 names win over another spelling of the same column
+    # x0 and another spelling of the same column: ambiguous (which is right?), refused naming both
     both = {**{f"{a}{i}": w[:, i, j] for i in range(21) for j, a in enumerate("xyz")}, "WRIST_x": np.full(3, 9.0)}
     pq.write_table(pa.table(both), tmp_path / "both.parquet")
-    np.testing.assert_array_equal(io.load_landmarks(tmp_path / "both.parquet").world, w)
+    with pytest.raises(ValueError, match=r"both.parquet: columns 'x0', 'WRIST_x' name the same landmark coordinate"):
+        io.load_landmarks(tmp_path / "both.parquet")
 
 
 def test_mediapipe_world_landmark_names_are_read(tmp_path):

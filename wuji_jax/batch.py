@@ -104,7 +104,9 @@ import numpy as np
 
 from . import io as wio
 from .runner.kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job
+from .runner.interrupts import DeferredInterrupt
 from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
+from .outputs import strict_json
 from .runner.store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_ok,
                            remove_stale_temporaries, run_identity, write_part)
 from .runner.table import Assembler, finish_table, import_writers, plot_angles
@@ -307,6 +309,7 @@ def solve_dataset(
         raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    fps = wio.check_fps(fps)
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -338,16 +341,18 @@ def solve_dataset(
         batch_size = default_batch(chunk_size, devices[0].platform, nd, most)
     batch_size = -(-max(int(batch_size), 1) // nd) * nd
     out.parent.mkdir(parents=True, exist_ok=True)
-    with OutputLock(out):
+    with OutputLock(out), DeferredInterrupt() as stop:
         return _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
                              batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total,
-                             quick_job(most))
+                             quick_job(most), stop)
 
 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
-                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total, quick) -> dict[str, Any]:
+                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total, quick,
+                  stop: DeferredInterrupt) -> dict[str, Any]:
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
-    the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`quick_job`)."""
+    the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`quick_job`;
+    ``stop``: Ctrl-C, raised between chunks, never while the solver compiles)."""
     # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
     # not after
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
@@ -435,6 +440,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     errors: list[str] = []
     try:
         for fi, src in enumerate(files):
+            stop.check()
             name = str(src)
             e = entries.get(fi)
             if e is not None and e["start"] == _align(pos, cur_side, e["side"], chunk_size) and all(
@@ -456,6 +462,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             try:
                 checked = not check_units
                 for local, world, t in Prefetch(read_file(src, name, chunk_size, fps, max_frames)):
+                    stop.check()
                     if file_side is None:
                         file_side = side_of_file(side, world, name, file_notes)
                         pos = _align(pos, cur_side, file_side, chunk_size)
@@ -507,6 +514,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
         flush(cur)
         finish_pending()
         writer.wait()
+        stop.check()
     except BaseException as e:
         writer.abandon()
         if stream is not None:
@@ -515,9 +523,10 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
         kept = len(list(parts_dir.glob("chunk_*.npz")))
         if not kept:  # nothing worth resuming: leave no folder behind
             shutil.rmtree(parts_dir, ignore_errors=True)
-        elif isinstance(e, ValueError):
-            raise ValueError(f"{e} ({kept} finished chunk{'s' if kept != 1 else ''} kept in {parts_dir}: "
-                             "the same command resumes from them)") from None
+        elif isinstance(e, (ValueError, KeyboardInterrupt)):
+            what = "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)
+            raise type(e)(f"{what} ({kept} finished chunk{'s' if kept != 1 else ''} kept in {parts_dir}: "
+                          "the same command resumes from them)") from None
         raise
     bar.close()
 
@@ -538,7 +547,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
             on_disk = json.loads(manifest_path.read_text())
         except (OSError, ValueError):
             on_disk = None
-        if on_disk != manifest:
+        if on_disk != json.loads(json.dumps(strict_json(manifest))):
             raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
         assembled = finish_table(stream, True, out, [part_path(k) for k in needed], failed, files, inspire,
                                   n_rows, digest)

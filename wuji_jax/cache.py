@@ -133,7 +133,8 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
 
     Returns None, changing nothing, when ``WUJI_JAX_NO_CACHE=1`` is set (or JAX's own
     ``JAX_ENABLE_COMPILATION_CACHE=0``) or the folder cannot be
-    created or written (then with one warning per folder naming it and ``$WUJI_JAX_CACHE_DIR``).
+    created or written, or is not safe to load programs from: owned by another user, or writable by
+    its group or others (then with one warning per folder naming it and ``$WUJI_JAX_CACHE_DIR``).
     Calling it again is harmless. Call it before JAX's first compilation (see the module docstring).
     """
     if _off():
@@ -152,6 +153,13 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise PermissionError("not writable")
+        # its programs are loaded and run: a folder another user could write to is someone else's code
+        st = folder.stat()
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise PermissionError(f"owned by another user (uid {st.st_uid}); its programs would run as yours")
+        if st.st_mode & 0o022:
+            raise PermissionError(f"writable by others (mode {st.st_mode & 0o777:o}); its programs would run "
+                                  "as yours: chmod go-w it, or choose another folder")
     except OSError as e:
         return _warn_once(str(folder), getattr(e, "strerror", None) or str(e) or type(e).__name__)
 

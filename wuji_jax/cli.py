@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cli_common import PROG, UsageError
+from .cli_common import PROG, UsageError, checked_output
 
 __all__ = ["main", "run", "verb", "build_parser", "UsageError"]
 
@@ -124,6 +124,7 @@ def run(argv: Sequence[str] | None = None) -> None:
 
 def _main(argv) -> tuple[int, bool]:
     """:func:`main`'s exit status, and whether the process may end without Python's teardown."""
+    args = None
     try:
         args = build_parser().parse_args(argv)
         _start_jax(args)
@@ -133,7 +134,10 @@ def _main(argv) -> tuple[int, bool]:
         return (e.code if isinstance(e.code, int) else (0 if e.code is None else _fail(e.code, 1))), False
     except UsageError as e:
         return _fail(e, 2), False
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if getattr(args, "run", None) is _run_solve:
+            # finished chunks are kept (the message says where); exit without the teardown of running threads
+            return _fail(str(e) or "interrupted; run the same command again to resume", 130), True
         return _fail("interrupted", 130), False
     except (ValueError, OSError, ImportError) as e:
         return _fail(e, 1), False
@@ -382,7 +386,7 @@ def _run_pose(args) -> int:
         q, what = named_pose(label), f"pose '{label}'"
     if out is None:
         out = Path("wuji_out") / f"pose_{label}_{side}.png"  # the folder every verb writes to
-    out.parent.mkdir(parents=True, exist_ok=True)
+    checked_output(out, [args.angles_file])
 
     viz.draw_hand(hand, q, path=out, title=f"WG110v12 {side} hand — {what}")
     print(f"wrote {out}")
@@ -479,12 +483,14 @@ def _solve_output(args) -> Path:
 
 
 def _run_solve(args) -> int:
+    import math
+
     if args.chunk_size < 1:
         raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}")
     if args.iterations is not None and args.iterations < 1:
         raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
-    if args.fps is not None and not args.fps > 0:
-        raise UsageError(f"--fps must be > 0, got {args.fps}")
+    if args.fps is not None and not (math.isfinite(args.fps) and args.fps > 0):
+        raise UsageError(f"--fps must be a finite number > 0, got {args.fps}")
     if args.max_frames is not None and args.max_frames < 1:
         raise UsageError(f"--max-frames must be >= 1, got {args.max_frames}")
     if args.cpus_per_worker is not None and (args.ray is None or args.cpus_per_worker < 1):
@@ -604,6 +610,7 @@ def _run_overlay(args) -> int:
 
     video = Path(args.video) if args.video else asset_path("samples", "human_hand_video.mp4")
     out = Path(args.output) if args.output else Path("wuji_out") / f"{video.stem}_overlay.mp4"
+    checked_output(out, [video], {".mp4": "mp4"}, "the overlay")  # before the landmarks are extracted
     rec = extract_landmarks(video, max_frames=args.max_frames, progress=not args.quiet)
     if not rec.detected.any():
         raise UsageError(f"{video}: MediaPipe found no hand in {len(rec.detected)} frames; nothing to overlay")
@@ -649,6 +656,11 @@ def _run_view(args) -> int:
 
     side = args.side or "right"
     text = args.pose
+    out = Path(args.output)
+    if not out.suffix:
+        out = out.with_suffix(".html")
+    reads = text not in POSES and _is_angle_file(text)
+    checked_output(out, [text] if reads else [], {".html": "html", ".htm": "html"}, "the view")
     if text in POSES:
         hand = load_hand(side)
         q, what = named_pose(text), f"pose '{text}'"
@@ -675,9 +687,6 @@ def _run_view(args) -> int:
             raise UsageError(f"unknown pose {text!r}; give one of {', '.join(POSES)}, "
                              f"{hand.num_joints} comma-separated angles or a .npy/.csv/.txt file") from None
         q, what = _check_angles(hand, values, "angles"), "given angles"
-    out = Path(args.output)
-    if not out.suffix:
-        out = out.with_suffix(".html")
     write_viewer(hand, q, out, title=f"WG110v12 {side} hand — {what}")
     print(f"wrote {out}")
     return 0

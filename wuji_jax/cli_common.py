@@ -3,10 +3,28 @@ the program's name and the error that means a bad command line or input value.""
 
 from __future__ import annotations
 
-__all__ = ["PROG", "UsageError"]
+__all__ = ["PROG", "UsageError", "checked_output"]
 
 PROG = "wuji-jax"
 
 
 class UsageError(ValueError):
     """A bad command line or input value: reported as one line, exit status 2."""
+
+
+def checked_output(out, inputs=(), formats=None, what: str = "", default: str | None = None,
+                   given: str | None = None, option: str = "-o") -> str | None:
+    """A verb's output under the one output rule (:mod:`wuji_jax.outputs`), before any work: the format
+    its suffix names (``formats``: suffix → format; None: not checked here), a mismatch being a
+    :class:`UsageError`; then refused (:class:`wuji_jax.outputs.OutputError`, exit status 1) where it is,
+    links to, or would be read as one of ``inputs``. Returns the format (None without ``formats``)."""
+    from .outputs import OutputError, check_output, output_format
+
+    fmt = None
+    if formats is not None:
+        try:
+            fmt = output_format(out, formats, what, default=default, given=given, option=option)
+        except OutputError as e:
+            raise UsageError(str(e)) from None
+    check_output(out, inputs, option=option)
+    return fmt

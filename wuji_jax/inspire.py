@@ -1093,7 +1093,8 @@ def write_command_stream(
     * ``csv``: header ``t,side,little,ring,middle,fore,thumb_bend,thumb_rotation,rh56_little,…``.
 
     Args:
-        path: file path or an open text file (e.g. ``sys.stdout``).
+        path: file path (written to a temporary name and renamed when complete: whole or not at all)
+            or an open text file (e.g. ``sys.stdout``).
         cmds: ``(T, 6)`` opening fractions; timestamps ``(T,)`` seconds, non-decreasing, in
             ``[0, 2**31)`` so that every one is a valid ROS stamp (checked for both formats).
         side: ``"left"`` or ``"right"``.
@@ -1125,6 +1126,7 @@ def write_command_stream(
     if hasattr(path, "write"):
         path.write(buf.getvalue())
     else:
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(buf.getvalue())
+        from .outputs import write_text
+
+        write_text(path, buf.getvalue())
     return int(c.shape[0])

@@ -36,13 +36,21 @@ guessed frame is worse than none, so bad frames stop the run instead of being fl
   stamp: ``0 <= t < 2**31`` s (ROS 2 ``builtin_interfaces/Time.sec`` is int32, ROS 1's is unsigned),
   for both output formats. The stamps written have ``0 <= nanosec < 1e9``. A ``wuji-jax solve`` table
   of an input without times (its ``timestamp`` column all NaN) counts as a file without timestamps.
-* frames the solver marked invalid (``valid`` False in a ``wuji-jax solve`` table, or solved from
-  ``--landmarks``) stop the run unless ``--skip-invalid`` leaves them out; the other frames keep their
+* no command is sent from a frame the solver flagged (any bit of ``flags``/``fit_flags``, names in
+  :data:`wuji_jax.solver.FLAG_NAMES`) or marked invalid (``valid`` False) in a ``wuji-jax solve``
+  table or in the angles solved from ``--landmarks``, unless every flag it carries is named by
+  ``--accept-flags`` (e.g. ``--accept-flags mirrored,high_residual``). Such frames stop the run unless
+  ``--skip-invalid`` leaves them out (the summary counts them, by flag); the other frames keep their
   times (``i/--fps`` of their row ``i`` when the file has none), so a gap stays a gap.
 * a table holding several recordings (a ``source`` column with several files: ``wuji-jax solve`` of a
   folder) needs ``--source FILE`` to choose one: one command stream is one take.
 
 Frame numbers in the messages are row numbers of the file (0 = the first row).
+
+The output follows the one output rule of every verb (:mod:`wuji_jax.outputs`): refused when it is,
+or links to, one of the inputs (``--angles``, ``--landmarks``, ``--calibration``, ``--reference``);
+its suffix names the format (``.jsonl``/``.ndjson`` or ``.csv``; another suffix is an error); written
+to a temporary name and renamed into place when complete.
 """
 
 from __future__ import annotations
@@ -53,11 +61,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .cli_common import UsageError
+from .cli_common import UsageError, checked_output
 
 __all__ = ["add_inspire_command", "run_inspire", "main"]
 
 _DEFAULT_FPS = 30.0
+_STREAM_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 
 
 def add_inspire_command(subparsers) -> argparse.ArgumentParser:
@@ -94,14 +103,19 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--side", choices=("left", "right"), default=None,
                    help="which hand (default: the --angles table's side column, else right)")
     p.add_argument("--skip-invalid", action="store_true",
-                   help="leave out the frames the solver marked invalid (valid False); without it they stop "
-                        "the run. The other frames keep their times")
+                   help="leave out the frames the solver flagged or marked invalid (valid False) instead of "
+                        "stopping the run; the summary counts them. The other frames keep their times")
+    p.add_argument("--accept-flags", metavar="NAME,...", default="",
+                   help="solver flags that do not hold a frame back (comma-separated, e.g. "
+                        "mirrored,high_residual; names: wuji_jax.solver.FLAG_NAMES). A frame carrying any "
+                        "other flag, or marked invalid without flags, sends no command")
     p.add_argument("--source", metavar="FILE",
                    help="the recording to convert from a table of several (its 'source' column; the full "
                         "name, file name or stem)")
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="output file (default '-': stdout)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE",
+                   help="output file, .jsonl (or .ndjson) or .csv (default '-': stdout); never one of the inputs")
     p.add_argument("--format", choices=("jsonl", "csv"), default=None,
-                   help="output format (default: from the output suffix, else jsonl)")
+                   help="output format (default: from the output suffix, else jsonl); must agree with the suffix")
     p.add_argument("--speed-ratio", type=float, default=1.0, metavar="R",
                    help="motor speed ratio in (0, 1]; 1 = 0.8 s full travel. Commands never ask for faster "
                         "travel (default 1)")
@@ -162,33 +176,77 @@ def _one_source(table, wanted: str | None, option: str = "--source"):
     return table.rows(np.asarray(table.source) == hits[0])
 
 
-def _invalid_rows(valid, describe, source: str, skip: bool, index=None):
-    """The frames to keep (a boolean mask), or None to keep all; invalid frames (``valid`` False) are a
-    usage error naming the first (``index``: row numbers in the file) unless ``skip`` leaves them out."""
+def _accepted_flags(text: str) -> int:
+    """The bit set of the flag names in ``--accept-flags`` (comma-separated); a usage error names an
+    unknown one."""
+    from .solver.config import FLAG_NAMES
+
+    bits = {name: bit for bit, name in FLAG_NAMES.items()}
+    out = 0
+    for name in (n.strip() for n in text.split(",")):
+        if not name:
+            continue
+        if name not in bits:
+            raise UsageError(f"--accept-flags: unknown flag {name!r}; the solver's flags are {', '.join(bits)}")
+        out |= bits[name]
+    return out
+
+
+def _flag_list(bits: int) -> list[str]:
+    from .solver.config import FLAG_NAMES
+
+    return [name for bit, name in FLAG_NAMES.items() if bits & bit]
+
+
+def _invalid_rows(valid, flags, describe, source: str, skip: bool, accept: int = 0, index=None, held=None):
+    """The frames to keep (a boolean mask), or None to keep all. A frame is held back when it carries a
+    solver flag not in ``accept`` (a bit set), or is marked invalid (``valid`` False) without any flag;
+    held-back frames are a usage error naming the first (``index``: row numbers in the file) unless
+    ``skip`` leaves them out. ``held``, a dict, counts the frames left out by flag name (``invalid``:
+    those without a flag)."""
     import numpy as np
 
-    if valid is None:
+    if valid is None and flags is None:
         return None
-    bad = np.flatnonzero(~np.asarray(valid, bool))
-    if not bad.size:
+    n = len(valid) if valid is not None else len(flags)
+    f = np.zeros(n, np.int64) if flags is None else np.asarray(flags, np.int64).reshape(n)
+    v = np.ones(n, bool) if valid is None else np.asarray(valid, bool).reshape(n)
+    bad = ((f & ~accept) != 0) | (~v & (f == 0))
+    if not bad.any():
         return None
-    i = int(bad[0])
+    first = np.flatnonzero(bad)
+    i = int(first[0])
     row = i if index is None else int(index[i])
-    flags = describe(i)
-    why = f" (flags: {flags})" if flags else ""
+    names = describe(i)
+    why = f" (flags: {names})" if names else ""
+    what = "marked invalid" if not v[i] else "flagged"
     if not skip:
-        more = f" ({bad.size - 1} more invalid frame(s) in all)" if bad.size > 1 else ""
+        more = f" ({first.size - 1} more such frame(s) in all)" if first.size > 1 else ""
+        unaccepted = _flag_list(int(f[i]) & ~accept)
+        accept_hint = f", --accept-flags {','.join(unaccepted)} to send such frames" if unaccepted else ""
         raise UsageError(
-            f"{source}: frame {row} is marked invalid by the solver{why}{more}; the command stream has no "
-            "'valid' column, so invalid frames stop the run: pass --skip-invalid to leave them out (the "
-            "others keep their times), or fix the recording"
+            f"{source}: frame {row} is {what} by the solver{why}{more}; the command stream has no "
+            f"'valid' column, so flagged and invalid frames stop the run: pass --skip-invalid to leave them out "
+            f"(the others keep their times){accept_hint}, or fix the recording"
         )
-    if bad.size == len(valid):
-        raise UsageError(f"{source}: every frame ({bad.size}) is marked invalid by the solver{why}; nothing "
-                         "to convert")
-    print(f"note: {source}: left out {bad.size} frame(s) marked invalid by the solver (--skip-invalid)",
-          file=sys.stderr)
-    return np.asarray(valid, bool)
+    if first.size == n:
+        raise UsageError(f"{source}: every frame ({n}) is flagged or marked invalid by the solver{why}; nothing "
+                         "to convert (--accept-flags names the flags to send anyway)")
+    from .solver.config import FLAG_NAMES
+
+    counts = {name: int(np.count_nonzero(f[bad] & (bit & ~accept))) for bit, name in FLAG_NAMES.items()}
+    counts = {k: c for k, c in counts.items() if c}
+    plain = int(np.count_nonzero(bad & (f & ~accept == 0)))
+    if plain:
+        counts["invalid"] = plain
+    if held is not None:
+        for k, c in counts.items():
+            held[k] = held.get(k, 0) + c
+        held["frames"] = held.get("frames", 0) + int(first.size)
+    by = ", ".join(f"{c} {k}" for k, c in counts.items())
+    print(f"note: {source}: left out {first.size} frame(s) the solver flagged or marked invalid ({by}; "
+          "--skip-invalid)", file=sys.stderr)
+    return ~bad
 
 
 def _check_angle_frames(q, hand, source: str, degrees: bool = False, index=None) -> None:
@@ -296,18 +354,26 @@ def _flag_names(flags):
     return describe
 
 
-def _calibration(args, hand):
+def _calibration(args, hand, held: dict | None = None):
     from . import inspire
 
     if args.calibration:
+        where = f"--calibration {args.calibration}"
         try:
             with open(args.calibration, encoding="utf-8") as f:
                 d = json.load(f)
         except OSError as e:
-            raise OSError(f"--calibration {args.calibration}: cannot read ({e.strerror or e})") from None
-        except json.JSONDecodeError as e:
-            raise UsageError(f"--calibration {args.calibration}: not JSON ({e})") from None
-        return inspire.calibration_from_dict(d)
+            raise OSError(f"{where}: cannot read ({e.strerror or e})") from None
+        except RecursionError:
+            raise UsageError(f"{where}: nested too deeply to be a calibration; expected "
+                             "{'open': [6 numbers], 'closed': [6 numbers]}") from None
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            raise UsageError(f"{where}: not JSON ({e})") from None
+        try:
+            return inspire.calibration_from_dict(d)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise UsageError(f"{where}: not a calibration ({type(e).__name__ if isinstance(e, RecursionError) else e})"
+                             ) from None
     if args.reference:
         refs = {}
         for item in args.reference:
@@ -316,7 +382,8 @@ def _calibration(args, hand):
                 raise UsageError(f"--reference {item!r}: expected NAME=FILE")
             source = f"--reference {name}={path}"
             tab = _read_angles(path, hand, args.degrees, prefix=f"--reference {name}=")
-            keep = _invalid_rows(tab.valid, tab.describe_flags, source, args.skip_invalid, tab.row)
+            keep = _invalid_rows(tab.valid, tab.flags, tab.describe_flags, source, args.skip_invalid,
+                                 _accepted_flags(args.accept_flags), tab.row, held)
             if keep is not None:
                 tab = tab.rows(keep)
             _check_angle_frames(tab.angles, hand, source, args.degrees, tab.row)
@@ -340,9 +407,15 @@ def run_inspire(args) -> int:
 
     if not 0 < args.speed_ratio <= 1:
         raise UsageError(f"--speed-ratio must be in (0, 1]; got {args.speed_ratio}")
-    if args.fps is not None and not args.fps > 0:
-        raise UsageError(f"--fps must be > 0; got {args.fps}")
-    fmt = args.format or ("csv" if str(args.output).lower().endswith(".csv") else "jsonl")
+    if args.fps is not None and not (np.isfinite(args.fps) and args.fps > 0):
+        raise UsageError(f"--fps must be a finite number > 0; got {args.fps}")
+    accept = _accepted_flags(args.accept_flags)
+    fmt = args.format or "jsonl"
+    if args.output != "-":  # the one output rule, before any work
+        inputs = [args.angles, args.landmarks, args.calibration,
+                  *(item.partition("=")[2] for item in args.reference or ())]
+        fmt = checked_output(args.output, [f for f in inputs if f], _STREAM_FORMATS, "the command stream",
+                             default="jsonl", given=args.format)
 
     if args.angles:
         tab = _read_angles(args.angles, args.side or "right", args.degrees)
@@ -356,7 +429,7 @@ def run_inspire(args) -> int:
         if note:
             print(f"note: {note}", file=sys.stderr)
         hand = load_hand(side)
-        q, ts, valid, describe = tab.angles, tab.timestamps, tab.valid, tab.describe_flags
+        q, ts, valid, flags, describe = tab.angles, tab.timestamps, tab.valid, tab.flags, tab.describe_flags
         rows = tab.row  # the frames' row numbers in the file (a --source selection keeps them)
         source = args.angles
     else:
@@ -378,7 +451,8 @@ def run_inspire(args) -> int:
     if n == 0:
         raise UsageError("no frames in the input")
     pos = np.arange(n)  # each frame's place in the input: its time without file timestamps
-    keep = _invalid_rows(valid, describe, source, args.skip_invalid, rows)
+    held: dict[str, int] = {}
+    keep = _invalid_rows(valid, flags, describe, source, args.skip_invalid, accept, rows, held)
     if keep is not None:
         q, pos = q[keep], pos[keep]
         ts = None if ts is None else np.asarray(ts)[keep]
@@ -395,7 +469,7 @@ def run_inspire(args) -> int:
     _check_timestamps(t, args.angles or args.landmarks, from_file, args.start_time, index)
     n = q.shape[0]
 
-    cal = _calibration(args, hand)
+    cal = _calibration(args, hand, held)
     cmd = np.asarray(inspire.to_inspire(q, cal, hand), np.float64)
     if args.smooth != "none":
         cmd, t = inspire.smooth(cmd, t, args.smooth, tau=args.tau, min_cutoff=args.min_cutoff, beta=args.beta)
@@ -406,7 +480,13 @@ def run_inspire(args) -> int:
     else:
         inspire.write_command_stream(Path(args.output), cmd, t, side, fmt, frame_id=args.frame_id,
                                      names=names)
-        print(f"wrote {n} {side}-hand commands ({fmt}) to {args.output}", file=sys.stderr)
+    back = ""
+    if held.get("frames"):
+        by = ", ".join(f"{c} {k}" for k, c in held.items() if k != "frames")
+        back = f"; held back {held['frames']} flagged or invalid frame(s) ({by})"
+    if args.output != "-" or back:
+        print(f"wrote {n} {side}-hand commands ({fmt}) to {args.output if args.output != '-' else 'stdout'}{back}",
+              file=sys.stderr)
     return 0
 
 

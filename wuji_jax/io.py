@@ -70,7 +70,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -86,6 +86,9 @@ __all__ = [
     "read_results",
     "check_units",
     "degenerate_frames",
+    "check_fps",
+    "check_unique_columns",
+    "unique_keys",
     "MAX_FRAMES",
     "MAX_JSON_BYTES",
     "MAX_EXPANSION",
@@ -462,10 +465,62 @@ def _landmark_spellings() -> dict[str, str]:
     return out
 
 
+def check_unique_columns(header: Sequence[str], path: Any, role: Callable[[str], str | None]) -> None:
+    """Refuse a table whose columns are ambiguous: two columns (the same name twice, or two spellings)
+    that ``role`` maps to one meaning (``role(name)``: what a column of that name stands for, e.g.
+    ``"landmark coordinate (x8)"``, or None for a column the reader does not use). Raises a one-line
+    ``ValueError`` naming the file and the columns: a reader that kept the first or the last copy
+    would give a silently wrong answer."""
+    by_role: dict[str, list[int]] = {}
+    for i, h in enumerate(header):
+        r = role(str(h))
+        if r is not None:
+            by_role.setdefault(r, []).append(i)
+    for r, where in by_role.items():
+        if len(where) > 1:
+            names = [str(header[i]).strip() for i in where]
+            if len(set(names)) == 1:
+                raise _err(path, f"column {names[0]!r} appears {len(where)} times (columns "
+                                 f"{', '.join(str(i + 1) for i in where)}); keep one of them")
+            raise _err(path, f"columns {', '.join(map(repr, names))} name the same {r}; keep one of them")
+
+
+def unique_keys(path: Any, where: str = "") -> Callable[[list], dict]:
+    """A ``json.load`` ``object_pairs_hook`` that refuses an object holding one key twice (JSON keeps the
+    last copy silently): a one-line ``ValueError`` naming ``path`` (and ``where``, e.g. ``"line 3"``)."""
+    def hook(pairs: list) -> dict:
+        d = dict(pairs)
+        if len(d) != len(pairs):
+            seen: set = set()
+            twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise _err(path, f"{where + ': ' if where else ''}key {twice!r} appears twice in one JSON object; "
+                             "keep one of them")
+        return d
+    return hook
+
+
+def _landmark_role(spellings: Mapping[str, str]) -> Callable[[str], str | None]:
+    """What a column of a landmark table stands for (:func:`check_unique_columns`)."""
+    optional = {name: what for names, what in ((_TIME_COLUMNS, "time"), (("frame", "frame_index"), "frame"),
+                                              (("handedness",), "handedness"), (("score",), "score"),
+                                              (LANDMARK_KEYS, "landmarks"))
+                for name in names}
+
+    def role(name: str) -> str | None:
+        h = name.strip().lower()
+        if h in optional:
+            return optional[h]
+        c = h if h in LANDMARK_COLUMNS else spellings.get(_squeezed(h))
+        return None if c is None else f"landmark coordinate ({c})"
+    return role
+
+
 def _wide_columns(header: Sequence[str], path: Path) -> dict[str, int]:
     """Column name → index for the landmark and optional columns of a CSV / Parquet table. The
     landmark columns are ``x0`` … ``z20``, or where a table has none of a landmark's column under that
-    name, the one column that spells it otherwise (:func:`_landmark_spellings`)."""
+    name, the one column that spells it otherwise (:func:`_landmark_spellings`). Two columns for one
+    of them (a name twice, or two spellings) are refused (:func:`check_unique_columns`)."""
+    check_unique_columns(header, path, _landmark_role(_landmark_spellings()))
     lower = [h.strip().lower() for h in header]
     pos = {h: i for i, h in enumerate(lower)}
     spelled: dict[str, list[int]] = {}
@@ -667,7 +722,7 @@ def _read_json(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]
                          "instead (.jsonl), which is streamed")
     try:
         with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = json.load(f, object_pairs_hook=unique_keys(path))
     except json.JSONDecodeError as e:
         raise _err(path, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); export it "
                          "again") from None
@@ -695,7 +750,7 @@ def _read_json(path: Path, chunk: int, max_frames: int | None) -> Iterator[dict]
 def _jsonl_record(path: Path, line_no: int, line: str, frames: _Records) -> None:
     """Parse one JSONL line and add its frame to ``frames``."""
     try:
-        rec = json.loads(line)
+        rec = json.loads(line, object_pairs_hook=unique_keys(path, f"line {line_no}"))
     except json.JSONDecodeError as e:
         last = not line.endswith("\n")
         hint = "the file looks truncated" if last else "each line must be one JSON object"
@@ -779,6 +834,7 @@ def _read_parquet(path: Path, chunk: int, max_frames: int | None, skip: int = 0)
         names = list(pf.schema_arrow.names)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError for broken files
         raise _err(path, f"not a readable Parquet file ({_why(e)}); export it again") from e
+    check_unique_columns(names, path, _landmark_role(_landmark_spellings()))
     lower = {h.strip().lower(): i for i, h in enumerate(names)}
     nested = next((names[lower[k]] for k in LANDMARK_KEYS if k in lower
                    and _is_list(pf.schema_arrow.field(names[lower[k]]).type, pa)), None)
@@ -1173,6 +1229,20 @@ def check_max_frames(max_frames: Any) -> int | None:
     return int(max_frames)
 
 
+def check_fps(fps: Any) -> float | None:
+    """``fps`` (frames per second) as a float, or None; ``ValueError`` (one line) unless it is a finite
+    number > 0: an infinite or negative rate would give every frame the same or a backward time."""
+    if fps is None:
+        return None
+    try:
+        value = float(fps)
+    except (TypeError, ValueError):
+        raise ValueError(f"fps must be a number > 0, got {fps!r}") from None
+    if isinstance(fps, bool) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"fps must be a finite number > 0, got {fps!r}")
+    return value
+
+
 def degenerate_frames(landmarks: Any) -> np.ndarray:
     """Frames whose 21 landmarks all sit at one point: ``(..., 21, 3)`` → bool ``(...)``.
 
@@ -1258,6 +1328,7 @@ def iter_chunks(source: Any, chunk_size: int = 4096, *, fps: float | None = None
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     max_frames = check_max_frames(max_frames)
+    fps = check_fps(fps)
     offset = 0
     for src in expand_sources(source):
         for start, world, t in source_chunks(src, chunk_size, fps, max_frames, video_options):
@@ -1298,6 +1369,7 @@ def load_landmarks(sources: Any, *, fps: float | None = None, on_error: str = "r
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    fps = check_fps(fps)
     max_frames = check_max_frames(max_frames)
     parts: list[dict] = []
     names: list[str] = []

@@ -330,15 +330,17 @@ def render_overlay(video: str | os.PathLike, recording, result, path: str | os.P
         when the container states none) and size times ``scale``; one output frame per input frame.
 
     Raises:
-        ValueError: a ``path`` not ending in ``.mp4``, a video OpenCV cannot open or read, a
+        ValueError: a ``path`` not ending in ``.mp4`` or that is ``video`` (by any spelling or
+            link: :func:`wuji_jax.outputs.check_output`), a video OpenCV cannot open or read, a
             recording without image landmarks, or arrays whose lengths disagree (one line each).
         RuntimeError: OpenCV cannot open an ``mp4v`` writer (codec missing, folder not writable).
     """
+    from .outputs import check_output, output_format, temporary_name
     from .video import Progress
 
     path = Path(path)
-    if path.suffix.lower() != ".mp4":
-        raise ValueError(f"{path}: the overlay is written as MP4; give a path ending in .mp4")
+    output_format(path, {".mp4": "mp4"}, "the overlay", option="path")
+    check_output(path, [video], option="path")
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale}")
     if max_frames is not None and max_frames < 1:
@@ -374,7 +376,7 @@ def render_overlay(video: str | os.PathLike, recording, result, path: str | os.P
     if not (fps and math.isfinite(fps) and fps > 0):
         fps = recording.fps or 30.0
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.part.mp4")
+    tmp = temporary_name(path)
     writer: Any = None
     bar = Progress(f"overlay {video.name}", total, progress)
     i = 0

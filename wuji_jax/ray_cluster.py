@@ -102,6 +102,7 @@ from . import io as wio
 from .batch import DEFAULT_CHUNK_SIZE
 from .runner.kernel import Kernel, default_batch, kernel_compile_options, quick_job
 from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
+from .outputs import strict_json
 from .runner.store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays,
                            part_ok, read_part, remove_stale_temporaries, run_identity)
 from .runner.table import Assembler, finish_table, plot_angles
@@ -368,6 +369,9 @@ def _connect(ray, address: str | None, progress: bool) -> bool:
         kwargs["logging_level"] = logging.WARNING
     if address in (None, "local"):
         kwargs["include_dashboard"] = False
+    if address == "local":
+        # the new cluster serves this machine only: no port of it listens on another interface
+        kwargs.update(dashboard_host="127.0.0.1", node_ip_address="127.0.0.1")
     ray.init(address=address, **kwargs)
     return True
 
@@ -474,6 +478,7 @@ def solve_dataset_ray(
             raise ValueError(f"iterations must be >= 1, got {iterations}")
         config = dataclasses.replace(config, iterations=int(iterations))
     max_frames = wio.check_max_frames(max_frames)
+    fps = wio.check_fps(fps)
     out = out_path(out)
     dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
     cache = _cache_setting(compilation_cache)
@@ -632,7 +637,7 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
             on_disk = json.loads(manifest_path.read_text())
         except (OSError, ValueError):
             on_disk = None
-        if on_disk != manifest:
+        if on_disk != json.loads(json.dumps(strict_json(manifest))):
             raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
         assembled = finish_table(stream, streamed == len(blocks), out, [part_path(b) for b in good], failed,
                                          files, inspire, n_rows, digest)

@@ -358,6 +358,25 @@ def _meta_key(name: str) -> str | None:
     return None
 
 
+_META_MEANING = {"timestamps": "time", "flags": "solver flags", "valid": "valid column", "side": "side",
+                 "frame": "frame", "source": "source"}
+
+
+def _angle_role(names: Sequence[str]):
+    """What a column of an angle table stands for (:func:`wuji_jax.io.check_unique_columns`): a joint
+    angle, one of the extra columns (every name of the time, e.g. ``timestamp`` and ``t``, means one
+    thing), or None (ignored)."""
+    joints = set(names)
+
+    def role(name: str) -> str | None:
+        h = name.strip()
+        if h in joints:
+            return f"joint angle ({h})"
+        k = _meta_key(h)
+        return None if k is None else _META_MEANING[k]
+    return role
+
+
 def _pick(available: Iterable[str], names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """Joint columns present, and ``{field: column}`` for the extra columns to read (first name wins)."""
     available = list(available)
@@ -396,6 +415,9 @@ def _parquet_columns(p: Path, label: str, names: Sequence[str]) -> dict[str, Any
     with f:
         _check_rows(label, f.metadata.num_rows)
         available = list(f.schema_arrow.names)
+        from . import io as wio
+
+        wio.check_unique_columns(available, label, _angle_role(names))
         joints, extra = _pick(available, names)
         solved = any(c in available for c in _SOLVE_MARKERS)
         try:
@@ -520,6 +542,8 @@ def _npy_array(p: Path, label: str) -> np.ndarray:
 
 
 def _json_columns(p: Path, label: str, names: Sequence[str], lines: bool) -> dict[str, Any]:
+    from . import io as wio
+
     try:
         with open(p, encoding="utf-8") as f:
             if lines:
@@ -527,12 +551,12 @@ def _json_columns(p: Path, label: str, names: Sequence[str], lines: bool) -> dic
                 for i, line in enumerate(f, 1):
                     if line.strip():
                         try:
-                            data.append(json.loads(line))
+                            data.append(json.loads(line, object_pairs_hook=wio.unique_keys(label, f"line {i}")))
                         except json.JSONDecodeError as e:
                             raise _err(label, f"line {i}: not JSON ({e.msg}); one JSON value a line") from None
             else:
                 try:
-                    data = json.load(f)
+                    data = json.load(f, object_pairs_hook=wio.unique_keys(label))
                 except json.JSONDecodeError as e:
                     raise _err(label, f"not JSON ({e.msg} at line {e.lineno}); check the file") from None
     except UnicodeDecodeError as e:
@@ -635,6 +659,7 @@ def _header_columns(p: Path, label: str, names: Sequence[str], delim: str | None
         lines = (ln for ln in f if ln.strip() and not ln.lstrip().startswith("#"))
         rows = csv.reader(lines, delimiter=delim) if delim else (ln.split() for ln in lines)
         header = [h.strip() for h in next(rows)]
+        wio.check_unique_columns(header, label, _angle_role(names))
         joints, extra = _pick(header, names)
         if not joints:
             keys = header

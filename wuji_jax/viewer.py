@@ -35,7 +35,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import re
 
 import numpy as np
@@ -186,7 +185,8 @@ def write_viewer(hand: HandModel, q=None, path=None, *, landmarks=None, title: s
         hand: a :class:`~wuji_jax.HandModel` (e.g. ``wj.load_hand("right")``).
         q: ``(n,)`` joint angles (radians, order ``hand.joint_names``), or ``(T, n)`` frames animated by
             a time slider and a play button; default the zero pose.
-        path: if given, the page is also written there (parent folders created).
+        path: if given, the page is also written there (parent folders created; written to a temporary
+            name and renamed, so the path holds the whole page or what it held before).
         landmarks: optional observed landmarks ``(21, 3)`` or ``(T, 21, 3)`` in the wrist frame, metres,
             drawn in a second colour (NaN = missing). A single pose or landmark set is held over the
             other's frames.
@@ -202,12 +202,9 @@ def write_viewer(hand: HandModel, q=None, path=None, *, landmarks=None, title: s
     page = _fill(_TEMPLATE, dict(TITLE=html.escape(str(data["title"]), quote=True), SCRIPT=_SCRIPT,
                                  DATA=_script_json(data)))
     if path is not None:
-        path = os.fspath(path)
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(page)
+        from .outputs import write_text
+
+        write_text(path, page)
     return page
 
 

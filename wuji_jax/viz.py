@@ -69,13 +69,16 @@ def _points(x, shape: tuple[int, ...], what: str) -> np.ndarray:
 
 
 def _save(fig, path) -> None:
+    """``fig`` at ``path`` (format by its suffix, parent folders created), whole or not at all
+    (:func:`wuji_jax.outputs.replacing`)."""
     if path is None:
         return
+    from .outputs import replacing
+
     path = os.fspath(path)
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    fig.savefig(path, dpi=_DPI)
+    fmt = os.path.splitext(path)[1].lstrip(".").lower() or None
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=_DPI, format=fmt)
 
 
 def _spans(clouds: Sequence[np.ndarray]) -> np.ndarray:

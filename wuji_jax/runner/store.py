@@ -6,12 +6,12 @@ from writing one output (:class:`OutputLock`). Used by :func:`wuji_jax.batch.sol
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import hashlib
 import json
-import math
+import contextlib
 import os
+import secrets
 import shutil
 import socket
 import time
@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import io as wio
+from .. import outputs
 
 __all__ = ["MANIFEST_VERSION", "run_identity", "out_path", "check_outputs", "remove_stale_temporaries", "OutputLock",
            "open_parts", "write_part", "part_ok", "read_part", "part_arrays", "atomic_json"]
@@ -29,33 +30,15 @@ __all__ = ["MANIFEST_VERSION", "run_identity", "out_path", "check_outputs", "rem
 MANIFEST_VERSION = 1
 
 
-def _strict(obj: Any) -> Any:
-    """``obj`` with every non-finite float as ``None``: strict JSON (no NaN or Infinity)."""
-    if isinstance(obj, dict):
-        return {k: _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
-
-
 def atomic_json(path: Path, obj: Any):
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_strict(obj), indent=1, sort_keys=True, allow_nan=False))
-    os.replace(tmp, path)
+    """:func:`wuji_jax.outputs.atomic_json` without the flush to disk (rewritten after every file)."""
+    outputs.atomic_json(path, obj, sync=False)
 
 
 def write_part(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """One finished chunk, atomically: a part file is either complete or absent."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
+    with outputs.open_replacing(path, "wb") as f:
         np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def part_ok(path: Path, digest: str) -> bool:
@@ -140,13 +123,6 @@ def out_path(out: Any) -> Path:
     return out
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _outputs_of(out: Path) -> list[Path]:
     """Every path a run writes: the table, its summary, plot, parts folder and lock."""
     return [out, out.with_name(out.stem + "_summary.json"), out.with_name(out.stem + "_plot.png"),
@@ -154,37 +130,22 @@ def _outputs_of(out: Path) -> list[Path]:
 
 
 def check_outputs(source: Any, files: Sequence[Any], out: Path) -> None:
-    """Refuse, before any work, a run whose outputs would overwrite or later be read as its inputs."""
-    real = lambda p: Path(os.path.realpath(p))  # noqa: E731 (never raises, even on a symlink loop)
-    written = [real(w) for w in _outputs_of(out)]
-    for f in files:
-        if isinstance(f, int):
-            continue
-        p = Path(f)
-        if real(p) in written or any(_same_file(p, w) for w in written):
-            raise ValueError(f"{p}: is both an input and an output of this run; write the output elsewhere (-o)")
-        if any(real(p).is_relative_to(w) for w in written[3:4]):
-            raise ValueError(f"{p}: lies in this run's parts folder {written[3]}; write the output elsewhere (-o)")
-    # an input folder or glob that would pick up the table on the next run
+    """Refuse, before any work, a run whose outputs would overwrite or later be read as its inputs
+    (:func:`wuji_jax.outputs.check_output`), or whose inputs lie in its parts folder."""
+    written = _outputs_of(out)
     sources = [source] if isinstance(source, (str, os.PathLike, int)) else list(source)
-    readable = out.suffix.lower() in wio.DATA_EXTENSIONS
-    for s in sources:
-        if isinstance(s, int) and not isinstance(s, bool) or not readable:
-            continue
-        p = Path(s)
-        if p.is_dir() and real(out).parent == real(p):
-            raise ValueError(f"{out}: lies in the input folder {p}, so a later run would read it as input; "
-                             "write the output elsewhere (-o)")
-        if isinstance(s, str) and wio.is_glob(s) and not p.exists() and (
-                fnmatch.fnmatch(str(out), s) or fnmatch.fnmatch(str(real(out)), s)):
-            raise ValueError(f"{out}: matches the input pattern {s!r}, so a later run would read it as input; "
-                             "write the output elsewhere (-o)")
+    outputs.check_output(out, files, sources=sources, outputs=written[1:],
+                         readable=out.suffix.lower() in wio.DATA_EXTENSIONS)
+    parts = outputs.real_path(written[3])
+    for f in files:
+        if not isinstance(f, int) and outputs.real_path(f).is_relative_to(parts):
+            raise ValueError(f"{f}: lies in this run's parts folder {written[3]}; write the output elsewhere (-o)")
 
 
 def remove_stale_temporaries(out: Path) -> None:
     """Temporary files a killed run left next to ``out`` (the caller holds the lock: nobody else
     writes them)."""
-    for stem in (out.name, out.stem + "_summary.json"):
+    for stem in (out.name, out.stem + "_summary.json", out.stem + "_plot.png"):
         for tmp in out.parent.glob(f".{glob.escape(stem)}.*.tmp*"):
             tmp.unlink(missing_ok=True)
         for tmp in out.parent.glob(f"{glob.escape(stem)}.*.tmp"):
@@ -206,45 +167,123 @@ def _alive(pid: int) -> bool:
 
 
 class OutputLock:
-    """``<out>.lock``, created exclusively, holding the PID, host and start time of the run that writes
-    ``out``. A second run on the same output refuses, naming the first; a lock left by a dead process
-    on this host is taken over."""
+    """``<out>.lock``: held with ``flock`` (released by the system when its process ends, however it
+    ends) and holding the PID, host and start time of the run that writes ``out``. A second run on the
+    same output refuses, naming the first; a lock file left by a dead process on this host is taken
+    over in place (no unlink and create again, so two runs racing for a stale lock cannot both win).
+
+    A lock file whose holder released it (unlinked, then closed) is not taken: the run checks, once it
+    holds the ``flock``, that the file it locked is still the one at the path, and tries again if not.
+    Without ``fcntl`` (Windows) the file is created exclusively and a stale one must be deleted by hand.
+
+    Raises (on entry) ``ValueError``, one line naming the other run and the lock file."""
 
     def __init__(self, out: Path):
         self.path = _lock_path(out)
         self.out = out
         self.mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+                                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "token": secrets.token_hex(8)})
+        self._fd: int | None = None
+
+    def _refuse(self, text: str, held: bool):
+        try:
+            other = json.loads(text)
+            pid, host = int(other["pid"]), str(other["host"])
+        except (ValueError, KeyError, TypeError):
+            other, pid, host = {}, None, None
+        if pid is not None:
+            who = f"PID {pid} on {host}, started {other.get('started', '?')}"
+        else:
+            who = "a run that is starting" if held else "a run whose lock file is unreadable"
+        raise ValueError(f"{self.out}: another run ({who}) is writing this output; wait for it or "
+                         f"choose another -o (if that run is gone, delete {self.path})")
+
+    def _stale(self, text: str) -> bool:
+        """Whether a lock file's ``text`` names no live run: empty (its writer died before writing) or
+        a process of this host that is gone."""
+        if not text.strip():
+            return True
+        try:
+            other = json.loads(text)
+            pid, host = int(other["pid"]), str(other["host"])
+        except (ValueError, KeyError, TypeError):
+            return False
+        return host == socket.gethostname() and not _alive(pid)
 
     def __enter__(self):
-        for _ in range(3):
+        try:
+            import fcntl
+        except ImportError:  # no flock: exclusive creation only
+            return self._enter_exclusive()
+        for _ in range(100):
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
                 try:
-                    other = json.loads(self.path.read_text())
-                    pid, host = int(other["pid"]), str(other["host"])
-                except (OSError, ValueError, KeyError, TypeError):
-                    other, pid, host = {}, None, None
-                if pid is not None and host == socket.gethostname() and not _alive(pid):
-                    self.path.unlink(missing_ok=True)  # left by a run that was killed
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # held by a live run
+                    self._refuse(_read_fd(fd), held=True)
+                try:
+                    current = os.stat(self.path)
+                except FileNotFoundError:
+                    current = None
+                st = os.fstat(fd)
+                if current is None or (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
+                    os.close(fd)  # its holder released it (unlinked) after we opened it: a fresh file
                     continue
-                who = (f"PID {pid} on {host}, started {other.get('started', '?')}" if pid is not None
-                       else "a run whose lock file is unreadable")
-                raise ValueError(f"{self.out}: another run ({who}) is writing this output; wait for it or "
-                                 f"choose another -o (if that run is gone, delete {self.path})") from None
-            with os.fdopen(fd, "w") as f:
-                f.write(self.mine)
-            return self
+                text = _read_fd(fd)
+                if text and not self._stale(text):
+                    self._refuse(text, held=False)  # a lock file of a run that holds no flock (a live PID)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, self.mine.encode(), 0)
+                self._fd = fd
+                return self
+            except BaseException:
+                if self._fd is None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                raise
         raise ValueError(f"{self.out}: could not take the lock {self.path}; delete it if no run is writing")
 
-    def __exit__(self, *exc):
+    def _enter_exclusive(self):
         try:
-            if self.path.read_text() == self.mine:
-                self.path.unlink()
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                text = self.path.read_text()
+            except OSError:
+                text = ""
+            self._refuse(text, held=False)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.mine)
+        return self
+
+    def __exit__(self, *exc):
+        fd, self._fd = self._fd, None
+        try:
+            st = os.stat(self.path)
+            held = None if fd is None else os.fstat(fd)
+            ours = held is None or (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+            if ours and self.path.read_text() == self.mine:
+                self.path.unlink()  # before the flock goes: a run waiting on this file sees it gone
         except OSError:
             pass
+        finally:
+            if fd is not None:
+                os.close(fd)
         return False
+
+
+def _read_fd(fd: int, limit: int = 1 << 16) -> str:
+    """The text of an open file from its start (at most ``limit`` bytes; undecodable bytes replaced)."""
+    try:
+        return os.pread(fd, limit, 0).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _temporary(name: str) -> bool:
+    """Whether a file name in a parts folder is a temporary of :mod:`wuji_jax.outputs` (or of an older run)."""
+    return name.endswith(".tmp") or (name.startswith(".") and ".tmp" in name)
 
 
 def open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str = "") -> tuple:
@@ -256,7 +295,7 @@ def open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str =
     reuse = None
     if parts_dir.exists():
         foreign = [] if not parts_dir.is_dir() else [p.name for p in parts_dir.iterdir() if not (
-            p.name == "manifest.json" or p.name.endswith(".tmp") or (p.name.startswith("chunk_")
+            p.name == "manifest.json" or _temporary(p.name) or (p.name.startswith("chunk_")
                                                                      and p.suffix == ".npz"))]
         if foreign or not parts_dir.is_dir():
             raise ValueError(f"{parts_dir}: exists and holds other files ({', '.join(foreign[:3]) or 'not a folder'}); "
@@ -274,6 +313,7 @@ def open_parts(out: Path, identity: dict, resume: bool, notes: list, what: str =
                              "started over")
             shutil.rmtree(parts_dir)
     parts_dir.mkdir(parents=True, exist_ok=True)
-    for stale in parts_dir.glob("*.tmp"):
-        stale.unlink()
+    for stale in parts_dir.iterdir():
+        if _temporary(stale.name):
+            stale.unlink()
     return parts_dir, manifest_path, reuse
