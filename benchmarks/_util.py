@@ -142,22 +142,9 @@ def ready(result):
     return result
 
 
-def compiled() -> bool:
-    """Wait for the programs wuji_jax is compiling in the background (:mod:`wuji_jax.tiered`: the
-    first calls of ``wj.solve`` and ``FrameSolver`` are answered in numpy meanwhile), so that warm
-    timings time the compiled programs. Returns whether there were any."""
-    from wuji_jax import tiered
-
-    busy = tiered.compiling() > 0
-    tiered.wait()
-    return busy
-
-
 def time_fn(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> Timing:
     """Time ``fn(*args)`` after ``warmup`` untimed calls, waiting for the result every call."""
     for _ in range(warmup):
-        ready(fn(*args))
-    if warmup and compiled():  # the warm-up was answered in numpy while XLA compiled: once more, compiled
         ready(fn(*args))
     times, cpu = [], []
     for _ in range(max(repeats, 1)):

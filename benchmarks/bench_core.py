@@ -42,7 +42,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from _util import (  # noqa: E402
-    DEXRET_RECORDING, bundled_recording, compiled, hardware_info, load_recording, round_trip_data, slug, time_fn, versions,
+    DEXRET_RECORDING, bundled_recording, hardware_info, load_recording, round_trip_data, slug, time_fn, versions,
     write_json,
 )
 
@@ -61,38 +61,26 @@ FIRST_SOLVE = """
 import time, json
 t0 = time.perf_counter()
 import numpy as np, jax, wuji_jax as wj
-from wuji_jax import tiered
 t1 = time.perf_counter()
 hand = wj.load_hand("right")
 y = np.load({data!r}).astype(np.float32)[:64]
-jax.block_until_ready(wj.solve(hand, y))  # answered in numpy while XLA compiles (wuji_jax.tiered)
+jax.block_until_ready(wj.solve(hand, y))  # compiles, then answers
 t2 = time.perf_counter()
-tiered.wait()  # the compiled programs ready
-t2c = time.perf_counter()
 solver = wj.FrameSolver(hand)
 solver(y[0])
 t3 = time.perf_counter()
-print(json.dumps(dict(import_s=t1 - t0, first_solve_64_s=t2 - t1, first_solve_64_compiled_s=t2c - t1,
-                      first_frame_solver_s=t3 - t2c)))
+print(json.dumps(dict(import_s=t1 - t0, first_solve_64_s=t2 - t1, first_frame_solver_s=t3 - t2)))
 """
 
 FRAME_SOLVER_ONLY = """
 import time, json
 import numpy as np, wuji_jax as wj
-from wuji_jax import tiered
 y = np.load({data!r}).astype(np.float32)
 t0 = time.perf_counter()
 solver = wj.FrameSolver(wj.load_hand("right"))
 solver(y[0])
 t1 = time.perf_counter()
-times = []  # frames back to back while the kernel compiles: answered in numpy (wuji_jax.tiered)
-while tiered.compiling() and len(times) < len(y) - 1:
-    a = time.perf_counter()
-    solver(y[1 + len(times)])
-    times.append(time.perf_counter() - a)
-tiered.wait()
-print(json.dumps(dict(first_frame_solver_s=t1 - t0, frame_solver_compiled_s=time.perf_counter() - t0,
-                      numpy_tier_frame_ms=float(np.median(times)) * 1e3 if times else None)))
+print(json.dumps(dict(first_frame_solver_s=t1 - t0)))
 """
 
 
@@ -133,10 +121,10 @@ def first_answer(data: Path, repeats: int) -> dict:
     env = {"WUJI_JAX_NO_CACHE": "1"}
     runs = [child(FIRST_SOLVE.format(data=str(data)), env) for _ in range(repeats)]
     fs = [child(FRAME_SOLVER_ONLY.format(data=str(data)), env) for _ in range(repeats)]
-    out = {k: float(np.median([r[k] for r in runs])) for k in ("import_s", "first_solve_64_s", "first_solve_64_compiled_s")}
+    out = {k: float(np.median([r[k] for r in runs])) for k in ("import_s", "first_solve_64_s")}
     # in a process of its own (no solve before it)
     out.update({k: float(np.median([r[k] for r in fs if r[k] is not None] or [np.nan]))
-                for k in ("first_frame_solver_s", "frame_solver_compiled_s", "numpy_tier_frame_ms")})
+                for k in ("first_frame_solver_s",)})
     out["first_gradient_s"] = float(np.median([child(FIRST_GRADIENT.format(data=str(data)), env)["first_gradient_s"]
                                                for _ in range(repeats)]))
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +209,6 @@ def speed(hand, y: np.ndarray, batch: int, repeats: int) -> dict:
     solver = wj.FrameSolver(hand)
     frames = y.astype(np.float32)
     solver(frames[0])
-    compiled()  # (the first frames are answered in numpy while the kernel compiles)
     lat = []
     for f in frames:
         t0 = time.perf_counter()

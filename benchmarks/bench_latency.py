@@ -27,7 +27,7 @@ import time
 import jax
 import numpy as np
 
-from _util import bundled_recording, compiled, hardware_info, load_recording, ready, write_json
+from _util import bundled_recording, hardware_info, load_recording, ready, write_json
 
 
 def main(argv=None) -> dict:
@@ -60,7 +60,6 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         ready(fn(frames[0]))
         first[name] = time.perf_counter() - t0
-        compiled()  # (first calls are answered in numpy while XLA compiles: wuji_jax.tiered)
         for f in frames[:20]:
             ready(fn(f))
     times = {name: [] for name in ways}

@@ -35,7 +35,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _util import DEXRET_RECORDING, bundled_recording, compiled, hardware_info, load_recording, time_fn, write_json  # noqa: E402
+from _util import DEXRET_RECORDING, bundled_recording, hardware_info, load_recording, time_fn, write_json  # noqa: E402
 
 # executor bookkeeping and control flow in a trace of XLA:CPU's threads (not kernels)
 _NOT_KERNELS = re.compile(r"^(ThunkExecutor|end: |while|cond|conditional|call)\b")
@@ -109,8 +109,7 @@ def one_frame(hand, y: np.ndarray, calls: int) -> dict:
 
     solver = wj.FrameSolver(hand)
     solver(y[0])
-    compiled()
-    kernel = solver._kernels[(False, False)].compiled  # the compiled program (Tiered's second tier)
+    kernel = solver._kernels[(False, False)]  # the compiled program
     frames = y[:calls]
     for f in frames[:50]:
         solver(f)

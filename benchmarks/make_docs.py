@@ -430,12 +430,7 @@ def sec_first_answer(book: Results, detail: bool) -> str:
         out.append(table(["", "s"], [
             ["`import wuji_jax`", secs(g("import_s"))],
             ["first `wj.solve` (64 frames)", secs(g("first_solve_64_s"))],
-            ["… its compiled programs ready (the first answer came from numpy meanwhile: `wuji_jax.tiered`)",
-             secs(g("first_solve_64_compiled_s"))],
             ["first `wj.FrameSolver` frame", secs(g("first_frame_solver_s"))],
-            ["… its compiled kernel ready, frames back to back meanwhile", secs(g("frame_solver_compiled_s"))],
-            ["… a frame meanwhile, answered in numpy", short(None if _num(g("numpy_tier_frame_ms")) is None
-                                                             else _num(g("numpy_tier_frame_ms")) / 1e3)],
             ["`wuji-jax solve` on the bundled sample, empty compilation cache", secs(g("cli_cold_s"))],
             ["the same, second run (cache filled)", secs(g("cli_warm_s"))],
             ["first gradient through `wj.solve` (`jax.jit(jax.value_and_grad(...))`, one frame)",

@@ -52,7 +52,7 @@ def left():
 #   realtime on one worker; inspire 25 s and chain 18 s when inspire and chain ran side by side).
 # The short files come last; the last ones leave no compilation running when they end (a worker waits
 # for those before it exits).
-_LONGEST_FIRST = ("ray", "batch", "solver", "notebooks", "kinematics", "gradients", "core", "tiered", "devices",
+_LONGEST_FIRST = ("ray", "batch", "solver", "notebooks", "kinematics", "gradients", "core", "devices",
                   "realtime", "sequence_calibration", "inspire", "cache", "viewer", "video", "chain", "overlay",
                   "data_safety", "cli_pose", "io", "viz", "model")
 
@@ -64,9 +64,4 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_unconfigure(config):
     if _OWN_CACHE and not hasattr(config, "workerinput"):
-        import sys
-
-        tiered = sys.modules.get("wuji_jax.tiered")
-        if tiered is not None:  # a run without workers (-n 0): its background compilations write to the cache
-            tiered.wait()
         shutil.rmtree(os.environ["WUJI_JAX_TEST_XLA_CACHE"], ignore_errors=True)

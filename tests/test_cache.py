@@ -313,12 +313,13 @@ def test_cached_program_hands_its_options_to_xla():
 
 
 def test_small_programs_are_compiled_quickly(monkeypatch, right):
-    """wj.solve's bucket (≤ 64 frames) and FrameSolver get quick_compile_options; a batch of chunks
-    and a large dataset job keep XLA's defaults."""
+    """wj.solve's programs of up to programs.QUICK_FRAMES frames and FrameSolver get
+    quick_compile_options (the small ones as two stages side by side); a batch of chunks and a large
+    dataset job keep XLA's defaults."""
     import numpy as np
 
     import wuji_jax as wj
-    from wuji_jax import batch, realtime
+    from wuji_jax import batch, programs, realtime
     from wuji_jax.solver import api
 
     class Stop(Exception):
@@ -330,47 +331,24 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
         seen[args[1].shape[0]] = name, compiler_options
         raise Stop
 
-    def record_tiered(fn, *args, compiler_options=None):  # a stage answered in numpy while it compiles
-        seen[args[1].shape[0]] = fn.__name__, compiler_options
-        raise Stop
-
     monkeypatch.setattr(api, "cached_program", record)
-    monkeypatch.setattr(api, "Tiered", record_tiered)
     monkeypatch.setattr(api, "_STAGES", {})
+    monkeypatch.setattr(api, "_PROGRAMS", {})
+    monkeypatch.setattr(api, "compile_side_by_side", lambda *calls: [c() for c, _ in calls])
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
     for frames in (5, 300):
         with pytest.raises(Stop):
-            api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
-    # the bucket is two programs (staged_program), the fit (the larger) first, tiered (wuji_jax.tiered)
-    assert seen == {64: ("fit_chunked", {"xla_cpu_use_fusion_emitters": False}),
-                    api.CHUNK_FRAMES: ("_solve_cold", None)}
-    seen.clear()
-    monkeypatch.setenv("WUJI_JAX_TIERED", "0")  # without the numpy tier: compiled side by side
-    for frames in (5, 300):
-        with pytest.raises(Stop):
-            api._solve_bucketed(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False, platform="cpu")
-    assert seen == {64: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}),
-                    api.CHUNK_FRAMES: ("solve_batch", None)}
-    monkeypatch.delenv("WUJI_JAX_TIERED")
-    seen.clear()
-    with pytest.raises(Stop):  # beyond TIERED_FRAMES: waits for XLA
-        api._solve_bucketed(right, np.zeros((api.TIERED_FRAMES + 1, 21, 3), np.float32), None, None, cfg, False,
-                            platform="cpu")
-    assert seen == {api.CHUNK_FRAMES: ("solve_batch", None)}
-    monkeypatch.setenv("WUJI_JAX_TIERED", "0")
+            api._solve_eager(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False)
+    # 5 frames: padded to 8, two programs (staged_program), the fit (the larger) first
+    assert seen == {8: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}),
+                    384: ("solve_batch", None)}
+    assert programs.compile_options(programs.QUICK_FRAMES + 1, "cpu") is None
 
-    # FrameSolver compiles with the options it is given: an unknown one fails, naming it (at once
-    # without the numpy tier; with it, on the first call after the compilation failed)
-    monkeypatch.setattr(realtime, "quick_compile_options", lambda platform: {"xla_wuji_no_such_option": True})
+    # FrameSolver compiles with the options it is given: an unknown one fails, naming it
+    monkeypatch.setattr(realtime, "compile_options", lambda frames, platform: {"xla_wuji_no_such_option": True})
     frame = np.load(batch.sample_landmarks_path())["world"][0].astype(np.float32)
     with pytest.raises(Exception, match="xla_wuji_no_such_option"):
         wj.FrameSolver(right)(frame)
-    monkeypatch.delenv("WUJI_JAX_TIERED")
-    solver = wj.FrameSolver(right)
-    solver(frame)
-    solver._kernels[(False, False)]._thread.join()
-    with pytest.raises(Exception, match="xla_wuji_no_such_option"):
-        solver(frame)
 
     cpu = jax.devices("cpu")[:1]
     assert batch.Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32, quick=True).options == {"xla_cpu_use_fusion_emitters": False}

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax import tiered
 from wuji_jax.chains import chain_params, chains_of, coupled_rows, fk, fk_variables, link_angles
 from seed_table import LOWER, UPPER, reference_keypoints
 
@@ -87,8 +86,7 @@ def test_landmark_loss_is_the_lm_cost_at_the_solution(right, coupling):
     y = np.stack([reference_keypoints(x) for x in q]) + rng.normal(0, 0.003, (8, 21, 3))
     q0 = np.full((8, 20), 0.2)
     config = wj.SolverConfig(coupling=coupling, prior_weight=0.05)
-    with tiered.numpy_only():  # the numpy tier's answer: its programs, compiled, would go unused in the suite
-        res = wj.solve(right, y, config=config, q0=q0)
+    res = wj.solve(right, y, config=config, q0=q0)
     loss = wj.landmark_loss(right, res.angles, res.rotation, res.translation, jnp.log(res.scale), y, config=config,
                             q_prior=q0, coupled=res.coupled)
     np.testing.assert_allclose(np.asarray(loss), np.asarray(res.cost), rtol=1e-9)
@@ -125,7 +123,7 @@ def test_the_lm_loop_holds_the_only_keypoint_and_jacobian_evaluation(right):
         prob = api._problem(hand, ch, f.y, f.w, f.q0, False)
         x0 = lm.Variables(f.q0, jnp.zeros((0, 2)), jnp.broadcast_to(jnp.eye(3)[..., None], (3, 3, 2)),
                           jnp.zeros((3, 2)), jnp.zeros(2))
-        return jax.jit(lambda theta, x0: lm._loop(st, theta, x0, f.valid))((hand, params, prob, cfg), x0)
+        return jax.jit(lambda theta, x0: lm.loop(st, theta, x0, f.valid))((hand, params, prob, cfg), x0)
 
     traced = jax.make_jaxpr(solver)(jnp.zeros((2, 21, 3)), jnp.ones((2, 21)), jnp.zeros((2, 20))).jaxpr
     outer, = [j for j in (e.params["jaxpr"].jaxpr for e in traced.eqns if "jaxpr" in e.params)

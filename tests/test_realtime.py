@@ -1,11 +1,5 @@
 """FrameSolver: one frame at a time. Round trips against the seed-table FK, the same fit as wj.solve
 (field by field, types and shapes), masks and warm starts, and each input error.
-
-The tests run inside :func:`wuji_jax.tiered.numpy_only`: their frames are answered by the numpy tier
-(the first answers a user gets) and nothing compiles in the background. They used to start three
-FrameSolver kernels and a warm-start batch program compiling (12.9-13.8 s each in the suite) that
-the tests ended before using. The last test compiles the default kernel and holds its answers
-against the numpy tier's, frame by frame.
 """
 
 import jax
@@ -14,7 +8,6 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax import tiered
 from seed_table import LOWER, UPPER, reference_keypoints
 from test_solver import synthetic
 
@@ -22,15 +15,6 @@ from test_solver import synthetic
 @pytest.fixture(scope="module")
 def solver(right):
     return wj.FrameSolver(right)
-
-
-@pytest.fixture(autouse=True)
-def _numpy_answers(request):
-    if request.node.name == "test_the_compiled_kernel_answers_as_the_numpy_tier":
-        yield
-        return
-    with tiered.numpy_only():
-        yield
 
 
 def test_round_trip_one_frame_at_a_time(solver):
@@ -139,21 +123,18 @@ def test_float64(right):
     assert res.residual < 2e-6
 
 
-def test_the_compiled_kernel_answers_as_the_numpy_tier(solver):
-    """The round trip's frames through the compiled default kernel (the one after the first answers)
-    against the numpy tier's answers: the same flags and validity, angles and fit to float32 rounding
-    (the bounds of tests/test_tiered.py)."""
-    q, y, *_ = synthetic(12, seed=21)
+def test_a_frame_compiles_once_and_blocks(solver):
+    """A JAX function's semantics: the first frame of a kernel compiles it (and waits for it); later
+    frames compile nothing and leave no thread running."""
+    import threading
+
+    from compile_log import compiles
+
+    q, y, *_ = synthetic(4, seed=21)
     frames = y.astype(np.float32)
-    with tiered.numpy_only():
-        first = [solver(frame) for frame in frames]
-    solver(frames[0])  # outside the block: the kernel starts compiling
-    tiered.wait()
-    compiled = [solver(frame) for frame in frames]
-    for a, b in zip(first, compiled):
-        assert int(a.flags) == int(b.flags) and bool(a.valid) == bool(b.valid)
-        np.testing.assert_allclose(a.angles, b.angles, atol=5e-5)
-        np.testing.assert_allclose(a.keypoints, b.keypoints, atol=2e-6)
-        np.testing.assert_allclose(a.residual, b.residual, atol=1e-7)
-        np.testing.assert_allclose(a.scale, b.scale, rtol=1e-5)
-    np.testing.assert_allclose(np.stack([r.angles for r in compiled]), q, atol=2e-4)
+    solver(frames[0])
+    threads = threading.active_count()
+    with compiles() as compiled:
+        res = [solver(frame) for frame in frames]
+    assert compiled == [] and threading.active_count() == threads
+    np.testing.assert_allclose(np.stack([r.angles for r in res]), q, atol=2e-4)

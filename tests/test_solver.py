@@ -122,11 +122,8 @@ def test_noise_keeps_errors_bounded(right):
 
 
 def test_soft_coupling_follows_the_law_on_exact_data(right):
-    from wuji_jax import tiered
-
     q, y, *_ = synthetic(B, seed=6)
-    with tiered.numpy_only():  # the numpy tier's answer: its programs, compiled, would go unused in the suite
-        res = wj.solve(right, y, coupling="soft")
+    res = wj.solve(right, y, coupling="soft")
     np.testing.assert_allclose(np.asarray(res.coupled)[:, 0], 0.22 * q[:, 0], atol=2e-3)
     err = np.degrees(np.abs(np.asarray(res.angles) - q))
     assert np.median(err) < 0.05
@@ -386,28 +383,40 @@ def test_float32_atan2_matches_numpy():
     assert np.isnan(np.asarray(_atan2(jnp.asarray([np.nan, 1.0], np.float32), jnp.asarray([1.0, np.nan], np.float32)))).all()
 
 
-def test_accelerator_path_slices_one_transfer_like_the_host_path(right):
-    """On an accelerator ``wj.solve`` moves the batch to the device once and slices its chunks there
-    (run here on the CPU device with 64-frame chunks): the same answers as the host path, frame by
-    frame, padding and order included. (Its solves are answered by the programs' jaxprs in numpy,
-    inside :func:`wuji_jax.tiered.numpy_only`: this checks the chunking, padding and order, not XLA's
-    code. Waiting for the compiled programs made this file 68 s instead of 50 s; compiling them in the
-    background, unused, took 16.9 s of a CPU core in the suite.)"""
-    from wuji_jax import tiered
-    from wuji_jax.solver import api
+def test_batches_are_padded_by_at_most_one_chunk(right):
+    """programs.padded_frames: powers of two below a chunk, multiples of the chunk above (never more
+    than one chunk of padding); the padding does not change a frame's answer: 3 frames (padded to 4)
+    give what the same frames give inside a batch of 64, and a single frame (no batch axis) too."""
+    from wuji_jax import programs
 
-    q, y, *_ = synthetic(150, seed=9)  # float64
-    w = np.ones((150, 21))
-    q0 = np.broadcast_to(np.asarray(api.neutral_angles(right), np.float64), (150, 20))
-    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float64)
-    hand = right.replace(name="", side="")
-    with tiered.numpy_only():
-        dev = api._solve_bucketed(hand, y, w, q0, cfg, False, platform="gpu", chunk=64)
-        host = api._solve_bucketed(hand, y, w, q0, cfg, False, platform="cpu", chunk=64)
-    assert dev.angles.shape == (150, 20)
-    np.testing.assert_allclose(np.asarray(dev.angles), np.asarray(host.angles), atol=1e-6)
-    np.testing.assert_allclose(np.asarray(dev.residual), np.asarray(host.residual), atol=1e-7)
-    assert np.degrees(np.abs(np.asarray(dev.angles) - q)).max() < 0.5  # the answers themselves
+    assert [programs.padded_frames(n, 128) for n in (0, 1, 2, 3, 5, 64, 65, 128, 129, 10_000)] == \
+        [0, 1, 2, 4, 8, 64, 128, 128, 256, 10_112]
+    assert all(programs.padded_frames(n, c) - n < c for n in range(1, 1000, 7) for c in (1, 8, 128, 65536))
+    _, y, *_ = synthetic(64, seed=9)
+    whole = wj.solve(right, y)
+    part = wj.solve(right, y[5:8])
+    one = wj.solve(right, y[5])
+    assert part.angles.shape == (3, 20) and one.angles.shape == (20,) and one.residual.shape == ()
+    np.testing.assert_allclose(np.asarray(part.angles), np.asarray(whole.angles)[5:8], atol=1e-9)
+    np.testing.assert_allclose(np.asarray(one.angles), np.asarray(whole.angles)[5], atol=1e-9)
+    empty = wj.solve(right, np.zeros((0, 21, 3)))
+    assert empty.angles.shape == (0, 20) and empty.flags.shape == (0,)
+
+
+def test_a_warm_loop_compiles_nothing_and_leaves_no_thread(right):
+    """A JAX function's semantics, as users time it: after one warm-up call, a loop of calls compiles
+    nothing (JAX's public compile log) and no thread is left running after an answer."""
+    import threading
+
+    from compile_log import compiles
+
+    _, y, *_ = synthetic(64, seed=10)
+    jax.block_until_ready(wj.solve(right, y))
+    threads = threading.active_count()
+    with compiles() as compiled:
+        for _ in range(3):
+            jax.block_until_ready(wj.solve(right, y))
+    assert compiled == [] and threading.active_count() == threads
 
 
 def test_sums_are_written_for_the_platform_compiled_for():

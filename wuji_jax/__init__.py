@@ -14,7 +14,7 @@ The map of the library (everything below is public):
 * inspire:    ``wj.inspire.to_inspire`` and ROS-shaped payloads (seed 003)
 * poses:      ``named_pose``, ``POSES``
 * cache:      ``enable_compilation_cache``: JAX's persistent compilation cache in one call
-* tiered:     first answers while XLA compiles: a program's jaxpr evaluated in numpy (``solve``, ``FrameSolver``)
+* programs:   the one policy for the solver's programs: padded sizes, devices, compile options
 * devices:    ``use_cpu_cores``: one JAX CPU device per core; big batches are split over the devices
 * io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``; lazy), both
               into ``recording``'s ``LandmarkRecording``

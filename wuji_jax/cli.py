@@ -697,6 +697,10 @@ from .inspire_cli import add_inspire_command  # noqa: E402
 
 verb(add_inspire_command)
 
+from .warmup import add_warmup_command  # noqa: E402
+
+verb(add_warmup_command)
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

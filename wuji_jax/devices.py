@@ -4,7 +4,7 @@ XLA:CPU runs one computation on about one core (on this project's 2-core machine
 1024 gains 1.3× from the second core), but it runs the computations of several CPU *devices* in
 parallel. :func:`use_cpu_cores` asks JAX for one CPU device per core; :func:`wuji_jax.solve` and
 :func:`wuji_jax.batch.solve_dataset` then split large batches over ``jax.local_devices()`` (GPUs
-alike). On 2 cores that was 1.5× the frames/s of one device; since the solver's fusions vectorise (its
+alike; the rule: :func:`wuji_jax.programs.split_sharding`). On 2 cores that was 1.5× the frames/s of one device; since the solver's fusions vectorise (its
 own float32 sin/cos) one device already keeps both cores busier and two gain 1.03–1.05× at batch
 1024–10^4 (``benchmarks/bench_ik.py``)::
 
@@ -19,16 +19,12 @@ The ``wuji-jax`` command line calls :func:`use_cpu_cores` itself.
 
 from __future__ import annotations
 
-import functools
 import os
 
-import numpy as np
+from .programs import SPLIT_MIN_FRAMES as SPLIT_MIN_FRAMES  # noqa: F401 (the rules live in programs)
+from .programs import split_sharding as split_over_devices  # noqa: F401
 
 __all__ = ["use_cpu_cores", "cpu_core_count", "jax_started", "split_over_devices"]
-
-#: frames per device below which a batch is not split (the split costs a transfer and a second
-#: dispatch; below a few hundred frames per device one device is as fast)
-SPLIT_MIN_FRAMES = 256
 
 
 def cpu_core_count() -> int:
@@ -81,21 +77,3 @@ def use_cpu_cores(n: int | None = None) -> int:
                 f"use_cpu_cores({n}): JAX already runs with {have} CPU device(s); call it right after "
                 f"`import jax`, before any computation, or set JAX_NUM_CPU_DEVICES={n} in the environment") from None
     return n
-
-
-@functools.lru_cache(maxsize=8)
-def _frame_sharding(devices: tuple):
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    return NamedSharding(Mesh(np.asarray(devices, dtype=object), ("frames",)), PartitionSpec("frames"))
-
-
-def split_over_devices(frames: int):
-    """The sharding that splits ``frames`` rows over the local devices, or ``None`` where one device
-    will do (a single device, or fewer than :data:`SPLIT_MIN_FRAMES` frames per device)."""
-    import jax
-
-    devices = tuple(jax.local_devices())
-    if len(devices) < 2 or frames < SPLIT_MIN_FRAMES * len(devices):
-        return None
-    return _frame_sharding(devices)

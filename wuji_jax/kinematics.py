@@ -21,6 +21,7 @@ import numpy as np
 from . import geometry as geo
 from .chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
 from .model import ACTIVE, MIMIC, HandModel
+from .programs import FK_CHUNK_FRAMES, LINK_CHUNK_FRAMES  # noqa: F401 (re-exported: the rules live in wuji_jax.programs)
 
 __all__ = ["LinkFrames", "forward_kinematics", "forward_keypoints", "coupled_angles", "full_angles",
            "check_angles"]
@@ -50,17 +51,6 @@ def check_angles(hand: HandModel, q) -> jax.Array:
         )
     return q
 
-
-#: frames :func:`forward_keypoints` computes at a time on a CPU: a larger batch loops over chunks of
-#: about this size, whose intermediates stay in the caches (other devices take the batch whole). On a
-#: 2-core AMD EPYC (jaxlib 0.10.2), keypoint sets/s whole / in chunks of 2,048: 0.70M / 2.0-2.4M at
-#: 10^5 frames, 0.50M / 1.7-1.9M at 10^6. The chunks also keep clear of a fault of XLA:CPU in jaxlib
-#: 0.10.2 (not 0.6.1): ``jax.grad`` called outside ``jax.jit`` came out wrong for programs over larger
-#: arrays (here from about 2,500 frames; ``tests/test_kinematics.py`` checks 4,096).
-FK_CHUNK_FRAMES = 2048
-#: the same for :func:`forward_kinematics`, whose arrays hold all 21 links: its gradient outside
-#: ``jax.jit`` was wrong from 512 frames per program with jaxlib 0.10.2, right at 256
-LINK_CHUNK_FRAMES = 256
 
 
 @jax.jit

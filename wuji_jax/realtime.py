@@ -12,17 +12,18 @@ says the frame may be in the wrong units.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .cache import quick_compile_options
+from .cache import cached_program
+from .programs import compile_options
 from .landmarks import plainly_metres
 from .model import HandModel
 from .solver import IKResult, SolverConfig, check_solver_input
 from .solver.api import DEFAULT_CONFIG, config_arrays, is_traced, solve_batch
-from .tiered import Tiered
 
 __all__ = ["FrameSolver"]
 
@@ -42,13 +43,11 @@ class FrameSolver:
 
     It runs on the host CPU on every machine (a frame is too small for an accelerator). Each of the
     (at most four) variants compiles on first use: with or without ``weights``, with or without
-    ``q0``; :func:`wuji_jax.enable_compilation_cache` keeps them across processes. They are compiled
-    with :func:`wuji_jax.cache.quick_compile_options` (3.5 s instead of 5.8–6.7 s on a 2-core AMD EPYC with
-    jaxlib 0.10.2, and a warm frame no slower: 0.27 ms against 0.38–0.44 ms in the same runs), in a
-    thread of their own: until a variant's kernel is ready, its frames are
-    answered by the kernel's jaxpr evaluated in numpy (:mod:`wuji_jax.tiered`; tens of ms a frame, the
-    same fit to float32 rounding), so a stream starts within a second instead of after the
-    compilation.
+    ``q0``; its first frame compiles it and waits for it, as any JAX function's first call does;
+    :func:`wuji_jax.enable_compilation_cache` keeps the compiled kernels across processes
+    (``wuji-jax warmup`` fills it), and :meth:`compile` compiles them ahead of the first frame. They
+    are compiled with the quick options of :func:`wuji_jax.programs.compile_options` (a one-frame
+    program's compilation outweighs its run).
 
     Use :func:`~wuji_jax.solve` for batches, for JAX arrays, under ``jax.jit``/``grad``, and for
     ``side="auto"``.
@@ -154,7 +153,22 @@ class FrameSolver:
                 layout.append((slice(at, at + size), s.shape[1:], None if s.dtype == dtype else np.dtype(s.dtype)))
                 at += size
             self._layout = layout
-        # compiled in a thread of its own; until it is ready, frames are answered by its jaxpr in numpy
-        made = Tiered(kernel, *specs, compiler_options=quick_compile_options("cpu"))
+        # the model and settings are constants of this program: they name it in the compilation cache
+        program = cached_program(kernel, f"frame_solver_{self._digest()}", *specs,
+                                 compiler_options=compile_options(1, "cpu"))
+        made = program.lower(*specs).compile()
         self._kernels[(has_weights, has_q0)] = made
         return made
+
+    def _digest(self) -> str:
+        h = hashlib.sha256(repr((self.config.static(), self.dtype.str, jax.tree_util.tree_structure(self._consts))).encode())
+        for leaf in jax.tree_util.tree_leaves(self._consts):
+            h.update(np.ascontiguousarray(leaf).tobytes())
+        return h.hexdigest()[:16]
+
+    def compile(self, weights: bool = False, q0: bool = True) -> "FrameSolver":
+        """Compile the kernel of frames with or without ``weights`` and ``q0`` now (a live stream's
+        first frame then runs compiled code at once); returns the solver."""
+        if (weights, q0) not in self._kernels:
+            self._compile(weights, q0)
+        return self

@@ -5,10 +5,8 @@ The frames are solved in time order by one compiled program, a ``lax.scan`` over
 :data:`SEQUENCE_CHUNK` frames whose step is :func:`wuji_jax.solver.solve_chunked` on the batch's
 frames at that time, called once per chunk with the last angles carried from call to call: one
 program for any length (the last chunk padded with missing frames, which keep the previous angles and
-are dropped). It is compiled with :func:`wuji_jax.cache.quick_compile_options` and kept with the
-compilation cache. Solving frame by frame with :func:`wuji_jax.solve` instead pads each frame to a
-64-frame batch: the bundled sample's 621 frames took 1.9 s that way once compiled, 0.12 s in one
-program (2-core CPU, float32; angles within 3e-6 rad of each other).
+are dropped). It is compiled with :func:`wuji_jax.programs.compile_options` (quick: a small program)
+and kept with the compilation cache: one program call per chunk instead of one per frame.
 """
 
 from __future__ import annotations
@@ -19,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .cache import cached_program, quick_compile_options
+from .cache import cached_program
+from .programs import compile_options
 from .filters import one_euro
 from .landmarks import check_landmarks
 from .model import HandModel
@@ -103,7 +102,7 @@ def solve_sequence(
     kernel_hand = hand.replace(name="", side="")  # static fields the kernel never reads (as wj.solve)
     cfgs = (config_arrays(config, dtype), config_arrays(warm, dtype))
     program = cached_program(_sequence_chunk, "solve_sequence", kernel_hand, y[:C], wp[:C], q, first[:C], *cfgs,
-                             compiler_options=quick_compile_options(jax.default_backend()))
+                             compiler_options=compile_options(C, jax.default_backend()))
     pieces = []
     for s in range(0, padded, C):
         q, out = program(kernel_hand, y[s:s + C], wp[s:s + C], q, first[s:s + C], *cfgs)

@@ -12,18 +12,9 @@ import numpy as np
 
 from ..cache import cached_program, quick_compile_options
 from ..geometry import matrix_to_quaternion
+from ..programs import QUICK_JOB_FRAMES  # the rule lives in wuji_jax.programs
 
 __all__ = ["Kernel", "QUICK_JOB_FRAMES", "quick_job", "default_batch", "kernel_compile_options"]
-
-
-#: a job on CPU devices of at most this many frames (bounded before the start: counted from the files'
-#: headers, a CSV's or JSONL's size over the fewest bytes a frame takes, a video's stated frame count,
-#: see :func:`~wuji_jax.runner.reading.most_frames`) compiles its kernel
-#: with :func:`wuji_jax.cache.quick_compile_options`: about 3.5 s less to compile on a 2-core CPU, at
-#: most ~7 % longer to run (0.1 s at this size and ~40k frames/s). ``wuji-jax solve`` on the bundled
-#: sample with an empty cache: 13.3 s → 9.6 s wall, peak RSS 839 → 438 MB. Larger jobs keep XLA's
-#: defaults, and so does a job whose size is not known ahead (a camera, a folder of images).
-QUICK_JOB_FRAMES = 65536
 
 
 def quick_job(frames: int | None) -> bool:

@@ -11,13 +11,11 @@ The kernel is one program (:func:`solve_rows`), except where its compilation out
 (batches of up to 64 frames on the CPU, small ``wuji-jax solve`` jobs): there the start and the fit
 are two programs compiled side by side on two cores (:func:`staged_program`), with the same results.
 
-Smaller batches are padded to one of a few sizes (:data:`BUCKETS`), so few programs are compiled;
-batches larger than :data:`CHUNK_FRAMES` are solved in chunks (each chunk's loop stops on its own),
-and large batches are split over the local devices (:func:`wuji_jax.devices.split_over_devices`),
-padded to a power-of-two number of chunks per device of which only those holding frames are solved
-(:func:`split_kernel` with ``counted``): a few programs for any batch size. Everything is a pure
-JAX function of ``(hand, landmarks, weights, q0, config)``: it runs under
-``jax.jit``, ``vmap`` and ``grad`` (see :mod:`.lm` on derivatives).
+How a concrete batch is padded, split over the devices and compiled is the policy of
+:mod:`wuji_jax.programs` (one program per padded size, compiled on its first call, nothing in the
+background). Everything is a pure JAX function of ``(hand, landmarks, weights, q0, config)``: it runs
+under ``jax.jit``, ``vmap`` and ``grad``, with the exact derivative of the fit
+(:mod:`.adjoint`).
 """
 
 from __future__ import annotations
@@ -34,14 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import geometry as geo
-from ..cache import array_sharding, cached_program, compile_side_by_side, program_path, quick_compile_options
+from .. import programs
+from ..cache import array_sharding, cached_program, compile_side_by_side
 from ..chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
-from ..devices import split_over_devices
 from ..kinematics import FK_CHUNK_FRAMES, check_angles
 from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
-from ..tiered import Tiered
-from ..tiered import enabled as tiered_enabled
 from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL, FLAG_NO_DERIVATIVE, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
 from .adjoint import minimise
@@ -49,26 +45,11 @@ from .lm import Problem, Structure, Variables, cost, keypoints
 from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_chunked", "Start", "start_rows", "fit_rows", "start_chunked", "fit_chunked",
-           "start_cold", "start_warm", "start_spec", "staged_program", "map_chunks", "map_first_chunks", "solve_first_chunks", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
+           "start_cold", "start_warm", "start_spec", "staged_program", "map_chunks", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
            "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
-           "chunk_frames", "BUCKETS"]
+           "chunk_frames"]
 
-#: frames solved at a time on one device; bigger batches loop over chunks of this size: the LM state
-#: of a chunk stays in the CPU's caches, and each chunk's loop stops when its own frames have converged.
-#: 16,384 real frames on 2 CPU devices (``wj.solve`` + ``to_inspire``, 2-core AMD EPYC, medians of 9):
-#: 137-142k frames/s with chunks of 128, 137k with 64, 127-132k with 256, 101k with 512, 65k with 1024
-#: (the results are the same, bit for bit: a frame's fit does not depend on the frames beside it)
-CHUNK_FRAMES = 128
-#: frames solved at a time on one accelerator (GPU, TPU): large enough to fill the device. Measured on
-#: an H200 at 2^20 real frames (``benchmarks/bench_gpu.py``): 4.24M frames/s with chunks of 65,536,
-#: 4.21M with 32,768, 3.64M with 16,384, 3.71M with 131,072, 3.17M with the whole batch as one chunk.
-ACCELERATOR_CHUNK_FRAMES = 65536
-
-
-def chunk_frames(platform: str) -> int:
-    """Frames solved at a time on one device of ``platform`` (``"cpu"``, ``"gpu"``, …):
-    :data:`CHUNK_FRAMES` on CPU, :data:`ACCELERATOR_CHUNK_FRAMES` elsewhere."""
-    return CHUNK_FRAMES if platform == "cpu" else ACCELERATOR_CHUNK_FRAMES
+from ..programs import ACCELERATOR_CHUNK_FRAMES, CHUNK_FRAMES, chunk_frames  # noqa: E402,F401 (re-exported)
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -240,28 +221,6 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
     return fit_rows(hand, landmarks, weights, q0, config, start)
 
 
-def map_first_chunks(fn, rows: tuple, chunk: int, count):
-    """``fn(*rows)`` on the first ``count·chunk`` frames of ``rows`` (pytrees whose leaves have a leading
-    frame axis, a multiple of ``chunk``), ``count`` chunks of ``chunk`` frames, chunk ``j`` holding
-    frames ``j, j + count, j + 2·count, …`` (strided, as :func:`map_chunks`); ``count`` may be traced.
-    The frames after them are padding: not solved, zeros in the result. One program for any count up
-    to the rows' length over ``chunk``."""
-    leaves, tree = jax.tree_util.tree_flatten(rows)
-    R = leaves[0].shape[0]
-    if R == chunk:
-        return fn(*rows)
-    take = jnp.arange(chunk) * count  # chunk j: frames j, j + count, j + 2·count, …
-    piece = lambda ls, j: jax.tree_util.tree_unflatten(tree, [a[take + j] for a in ls])  # noqa: E731
-    shapes = jax.eval_shape(lambda ls: fn(*piece(ls, 0)), leaves)
-    out = jax.tree_util.tree_map(lambda v: jnp.zeros((R,) + v.shape[1:], v.dtype), shapes)
-
-    def body(j, out):
-        res = fn(*piece(leaves, j))
-        return jax.tree_util.tree_map(lambda o, r: o.at[take + j].set(r), out, res)
-
-    return jax.lax.fori_loop(0, count, body, out)
-
-
 def _chunk(chunk):
     return chunk_frames(jax.default_backend()) if chunk is None else int(chunk)
 
@@ -271,13 +230,6 @@ def solve_chunked(hand, landmarks, weights, q0, config, warm=False, chunk: int |
     chunk's loop stops on its own). ``chunk`` (static): default :func:`chunk_frames` of JAX's default
     backend."""
     return map_chunks(lambda *r: solve_rows(hand, *r, config, warm), (landmarks, weights, q0), _chunk(chunk))
-
-
-def solve_first_chunks(hand, landmarks, weights, q0, config, count, warm=False, chunk: int | None = None) -> dict:
-    """:func:`solve_rows` on the first ``count`` chunks of ``chunk`` frames (:func:`map_first_chunks`;
-    the rest is padding), ``chunk`` as in :func:`solve_chunked`."""
-    return map_first_chunks(lambda *r: solve_rows(hand, *r, config, warm), (landmarks, weights, q0), _chunk(chunk),
-                            count)
 
 
 def start_chunked(hand, landmarks, weights, q0, config, warm=False, chunk: int | None = None) -> Start:
@@ -297,8 +249,21 @@ def default_inputs(hand, lm, weights, q0, xp):
     if weights is None:
         weights = xp.ones(batch + (21,), lm.dtype)
     if q0 is None:
-        q0 = xp.broadcast_to(xp.asarray(neutral_angles(hand), lm.dtype), batch + (hand.num_joints,))
+        neutral = _neutral_numpy(hand) if xp is np else neutral_angles(hand)
+        q0 = xp.broadcast_to(xp.asarray(neutral, lm.dtype), batch + (hand.num_joints,))
     return weights, q0
+
+
+_NEUTRAL: dict = {}  # id(hand) → (hand, its neutral angles in numpy)
+
+
+def _neutral_numpy(hand: HandModel) -> np.ndarray:
+    got = _NEUTRAL.get(id(hand))
+    if got is None or got[0] is not hand:
+        if len(_NEUTRAL) > 32:
+            _NEUTRAL.clear()
+        got = _NEUTRAL[id(hand)] = (hand, np.asarray(neutral_angles(hand)))
+    return got[1]
 
 
 @functools.partial(jax.jit, static_argnames=("warm", "platform"))
@@ -318,28 +283,25 @@ def solve_batch(hand, lm, weights, q0, config, warm: bool = False, platform: str
 
 
 @functools.lru_cache(maxsize=16)
-def split_kernel(mesh, warm: bool = False, kernel=None, extra: int = 0, counted: bool = False):
+def split_kernel(mesh, warm: bool = False, kernel=None, extra: int = 0):
     """The solver with every device solving its own rows (``shard_map``: no communication);
     ``warm`` as in :func:`solve_batch`. ``kernel``: another function of the same arguments
     ``(hand, landmarks, weights, q0, config, *more, chunk=)`` returning a dict of per-row arrays, split
     the same way (default :func:`solve_chunked`); ``extra``: how many arguments ``more`` (pytrees of
-    per-row arrays, e.g. a :class:`Start`) follow the config. With ``counted`` the program takes one
-    more argument, ``count`` (a traced int32, the same on every device), and each device solves only
-    the first ``count`` chunks of its rows (default kernel :func:`solve_first_chunks`): one program for
-    every batch of the same padded size (:func:`_solve_split`). Each device solves chunks of
+    per-row arrays, e.g. a :class:`Start`) follow the config. Each device solves chunks of
     :func:`chunk_frames` of the mesh's platform."""
     from jax.sharding import PartitionSpec as P
 
     rows = P(mesh.axis_names[0])
     platform = mesh.devices.flat[0].platform
     if kernel is None:
-        kernel = functools.partial(solve_first_chunks if counted else solve_chunked, warm=bool(warm))
+        kernel = functools.partial(solve_chunked, warm=bool(warm))
 
     def per_device(*args):
         with geo.summing(platform):
             return kernel(*args, chunk=chunk_frames(platform))
 
-    in_specs = (P(), rows, rows, rows, P()) + (rows,) * extra + (P(),) * counted
+    in_specs = (P(), rows, rows, rows, P()) + (rows,) * extra
     return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=rows, check_vma=False))
 
 
@@ -362,10 +324,8 @@ def start_spec(hand: HandModel, landmarks, config: SolverConfig, sharding=None) 
     return Start(q=spec(hand.num_joints), rot=rot, R=spec(3, 3), t=spec(3), logs=spec(), det=spec())
 
 
-#: (function, program name, argument structure, shapes, options) → its compiled program, or a
-#: :class:`~wuji_jax.tiered.Tiered` one (answered in numpy until compiled)
+#: (function, program name, argument structure, shapes, options) → its compiled program
 _STAGES: dict = {}
-_EXPORTED: set = set()  # keys of _STAGES' form whose programs were found exported (_tiered)
 
 
 def _stage_key(fn, name: str, args: tuple, compiler_options) -> tuple:
@@ -378,51 +338,21 @@ def _stage_key(fn, name: str, args: tuple, compiler_options) -> tuple:
     return fn, name, str(tree), shapes, repr(sorted((compiler_options or {}).items()))
 
 
-def _tiered(fn, name: str, args: tuple, compiler_options, key: tuple | None = None):
-    """``fn`` for arguments shaped like ``args`` as a :class:`~wuji_jax.tiered.Tiered` program (answered
-    in numpy while it compiles), made once per process (:data:`_STAGES`, under ``key``, default
-    :func:`_stage_key`); None where the numpy tier is off or the program is kept exported
-    (:func:`cached_program` reads it back without tracing: that is quicker)."""
-    key = key or _stage_key(fn, name, args, compiler_options)
-    if key in _STAGES:
-        return _STAGES[key]
-    if key in _EXPORTED or not tiered_enabled():
-        return None
-    path = program_path(fn, name, *args)
-    if path is not None and path.is_file():
-        _EXPORTED.add(key)  # (not asked again on every call: its path is a hash of the program's identity)
-        return None
-    _STAGES[key] = made = Tiered(fn, *args, compiler_options=compiler_options)
-    return made
-
-
-def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | None = None, sharding=None,
-                   tiered: bool = False):
+def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | None = None, sharding=None):
     """The solver as its two stages, each a program of its own: ``start(*args) → Start`` and
     ``fit(*args, start) → outputs`` (:func:`cached_program` each, ``solve_start`` and ``name_fit``),
     compiled side by side on first use (:func:`wuji_jax.cache.compile_side_by_side`; the fit, the
-    larger, first). For programs whose compilation outweighs their run (``quick_compile_options``):
-    on a 2-core CPU the 64-frame solver took 6.0 s from the call to the answer this way against 7.5 s
-    as one program; the run costs one more dispatch. Each stage is compiled once per process for its
-    arguments' shapes, whatever it is paired with, and the start is named alike everywhere: where their
-    batches match, :func:`solve` and the dataset runner share its program (and, with the same fit,
-    both), in a process and in the compilation cache. ``sharding``: the rows' sharding of ``args``'
-    landmarks (the start's outputs are split the same way). Returns a callable of arguments shaped
-    like ``args``.
-
-    With ``tiered`` (:func:`solve`), a stage not yet kept as an exported program
-    (:func:`wuji_jax.cache.program_path`) is a :class:`wuji_jax.tiered.Tiered`: traced once, compiled
-    in a thread of its own, and answered in numpy until then (the first ``wj.solve`` of 64 frames in
-    a fresh process: 3.9 s → 1.3 s to the answer on a 2-core CPU). The callable then returns numpy
-    arrays for those calls."""
+    larger, first): XLA compiles a program on one core, so two cores compile the two stages in about
+    the time of the larger. Each stage is compiled once per process for its arguments' shapes, and the
+    start is named alike everywhere: where their batches match, :func:`solve` and the dataset runner
+    share its program, in a process and in the compilation cache. ``sharding``: the rows' sharding of
+    ``args``' landmarks (the start's outputs are split the same way). Returns a callable of arguments
+    shaped like ``args``."""
     hand, landmarks, _, _, config = args
     spec = start_spec(hand, landmarks, config, sharding)
     stages = ((fit, name + "_fit", args + (spec,)), (start, "solve_start", args))
     keys = [_stage_key(fn, program, a[:5], compiler_options) for fn, program, a in stages]
     todo = [(key, stage) for key, stage in zip(keys, stages) if key not in _STAGES]
-    if tiered:  # traced here, compiled in threads, answered in numpy meanwhile
-        todo = [(key, (fn, program, a)) for key, (fn, program, a) in todo
-                if _tiered(fn, program, a, compiler_options, key) is None]
     if todo:  # the compiled programs, called directly (JAX's ahead-of-time API)
         made = compile_side_by_side(*((functools.partial(cached_program, fn, program, *a, compiler_options=compiler_options), a)
                                       for _, (fn, program, a) in todo))
@@ -433,49 +363,6 @@ def staged_program(start, fit, name: str, args: tuple, compiler_options: dict | 
         return second(*a, first(*a))
 
     return run
-
-
-def _solve_split(hand, lm, weights, q0, config, sharding, warm) -> IKResult:
-    """The frames split over the devices of ``sharding`` (numpy inputs): device ``d`` holds frames
-    ``d·per`` to ``(d + 1)·per − 1`` (``per`` = the frames over the devices, rounded up) at the front of
-    its rows, which are padded with missing frames to a power-of-two number of chunks
-    (:func:`chunk_frames`); each device solves only the chunks holding its frames
-    (:func:`split_kernel` with ``counted``). Batches whose chunks per device round up alike share one program
-    (before, every batch size compiled its own: 600 and 621 frames on 2 CPU devices, 16 s each), and
-    the padding costs a transfer, not a solve."""
-    batch = lm.shape[:-2]
-    flat = math.prod(batch)
-    D = sharding.mesh.size
-    chunk = chunk_frames(sharding.mesh.devices.flat[0].platform)
-    per = -(-flat // D)
-    count = -(-per // chunk)
-    rows = (1 << (count - 1).bit_length()) * chunk
-    fill = (np.nan, 0.0, 0.0)  # missing landmarks, zero weights, zero start angles
-    args = []
-    for a, v in zip((lm, weights, q0), fill):
-        a = a.reshape((flat,) + a.shape[len(batch):])
-        buf = np.full((D, rows) + a.shape[1:], v, a.dtype)
-        for d in range(D):
-            part = a[d * per:(d + 1) * per]
-            buf[d, :len(part)] = part
-        args.append(buf.reshape((D * rows,) + a.shape[1:]))
-    kernel = split_kernel(sharding.mesh, bool(warm), counted=True)
-    call = (hand, *jax.device_put(args, sharding), config, np.int32(count))
-    # the first calls answered in numpy while it compiles (wuji_jax.tiered)
-    program = _tiered(kernel, "solve_split", call, None) if flat <= TIERED_FRAMES else None
-    out = (program or kernel)(*call)
-    if isinstance(out["angles"], np.ndarray):  # answered in numpy: its padding dropped here
-        front = lambda v: v.reshape((D, -1) + v.shape[1:])[:, :per].reshape((D * per,) + v.shape[1:])[:flat]  # noqa: E731
-        return jax.device_put(IKResult(**{k: front(v).reshape(batch + v.shape[1:]) for k, v in out.items()}))
-    if rows * D == flat:  # no padding
-        return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
-    return IKResult(**{k: _front_rows(v, D, per, flat).reshape(batch + v.shape[1:]) for k, v in out.items()})
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def _front_rows(v, devices: int, per: int, flat: int):
-    """The first ``per`` rows of each device's block of ``v``, the first ``flat`` of them."""
-    return v.reshape((devices, -1) + v.shape[1:])[:, :per].reshape((devices * per,) + v.shape[1:])[:flat]
 
 
 @functools.lru_cache(maxsize=64)
@@ -559,11 +446,12 @@ def solve(hand: HandModel, landmarks, weights=None, config: SolverConfig | None 
     For a live stream, one frame at a time, :class:`~wuji_jax.FrameSolver` computes the same fit with
     less overhead per call (numpy results).
 
-    The first call for a batch of up to :data:`TIERED_FRAMES` (1024) frames in a process answers
-    without waiting for XLA: the solver's programs compile in threads of their own, and until they are
-    ready its calls are answered by the programs' jaxprs evaluated in numpy (:mod:`wuji_jax.tiered`; the same fit to
-    float32 rounding: angles within 5e-6 rad on dex-retargeting's recording). ``WUJI_JAX_TIERED=0`` makes
-    every call wait for the compiled programs instead.
+    A JAX function: the first call for a batch size (padded, :mod:`wuji_jax.programs`) compiles its
+    program and blocks; later calls run it. :func:`wuji_jax.enable_compilation_cache` keeps the
+    programs across processes (``wuji-jax warmup`` fills it). Derivatives (``jax.grad``, ``jvp``,
+    ``jacfwd``, ``vmap``) are the exact derivative of the fit (:mod:`wuji_jax.solver.adjoint`): where one
+    is taken the fit is first converged further, and frames without an exact derivative are flagged
+    ``FLAG_NO_DERIVATIVE``.
     """
     config = config or DEFAULT_CONFIG
     if overrides:
@@ -576,101 +464,120 @@ def solve(hand: HandModel, landmarks, weights=None, config: SolverConfig | None 
     return solve_checked(hand, lm, weights, q0a, config, warm=q0 is not None)
 
 
-DEFAULT_CONFIG = SolverConfig()
-
-
 def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = False) -> IKResult:
     """:func:`solve` after the checks (used by :func:`~wuji_jax.solve_sequence` too)."""
     dtype = _F64 if (lm.dtype == _F64 and jax.config.jax_enable_x64) else _F32
     # a traced model or setting (a derivative in them) takes the traced path too
     traced = is_traced(lm, weights, q0a, *jax.tree_util.tree_leaves(hand), *jax.tree_util.tree_leaves(config))
-    xp = jnp if traced else np
-    lm, weights, q0a = (None if a is None else xp.asarray(a, dtype) for a in (lm, weights, q0a))
-    cfg = config if is_traced(*jax.tree_util.tree_leaves(config)) else config_arrays(config, dtype)
-    hand = hand.replace(name="", side="")  # static fields the kernel never reads: left and right share a compile
-    sharding = None if traced else split_over_devices(math.prod(lm.shape[:-2]))
-    if sharding is not None:
-        weights, q0a = default_inputs(hand, lm, weights, q0a, np)
-        return _solve_split(hand, lm, weights, q0a, cfg, sharding, warm)
     if traced:
+        lm, weights, q0a = (None if a is None else jnp.asarray(a, dtype) for a in (lm, weights, q0a))
+        cfg = config if is_traced(*jax.tree_util.tree_leaves(config)) else config_arrays(config, dtype)
         return solve_batch(hand, lm, weights, q0a, cfg, bool(warm))
-    return _solve_bucketed(hand, lm, weights, q0a, cfg, warm)
+    lm, weights, q0a = (None if a is None else np.asarray(a, dtype) for a in (lm, weights, q0a))
+    return _solve_eager(_kernel_hand(hand), lm, weights, q0a, config_arrays(config, dtype), bool(warm))
 
 
-#: the batch sizes :func:`solve` compiles for below :data:`CHUNK_FRAMES`: a batch is padded to the first
-#: that holds it, a larger one to a multiple of :data:`CHUNK_FRAMES` solved a chunk per call. Few sizes
-#: mean few compilations (seconds each, once per process without the cache); the price is at most 4×
-#: the work of the batch itself. The buckets' programs are compiled with
-#: :func:`wuji_jax.cache.quick_compile_options` (the 64-frame program: 6.4 s instead of 9.6 s on a
-#: 2-core CPU, running 6.7 ms instead of 5.9 ms), as two programs side by side on the CPU
-#: (:func:`staged_program`: 6.0 s instead of 7.5 s from the call to the answer).
-BUCKETS = (64,)
-#: batches of up to this many frames (padded) that :func:`solve` cannot answer with a program already
-#: compiled are answered in numpy while it compiles (:mod:`wuji_jax.tiered`), on one device or split
-#: over several (its ``shard_map`` run device by device): up to 8 chunks, about 0.3 s in numpy against
-#: 5–10 s of compilation on a 2-core CPU. Larger batches wait for XLA.
-TIERED_FRAMES = 1024
+_HANDS: dict = {}  # id(hand) → (hand, the same without the static fields the kernel never reads)
 
 
-def _bucket(frames: int, chunk: int) -> int:
-    """The batch size a flat batch of ``frames`` is padded to: the first of :data:`BUCKETS` that holds
-    it, else a multiple of the ``chunk`` (:func:`chunk_frames`; solved as that many calls of one
-    program). Where the chunk is larger than :data:`CHUNK_FRAMES` (accelerators), a batch smaller
-    than one chunk is padded to a power of two: a few programs for any size, at most 2× the work."""
-    for b in BUCKETS:
-        if frames <= b < chunk:
-            return b
-    if frames < chunk and chunk > CHUNK_FRAMES:
-        return max(CHUNK_FRAMES, 1 << (frames - 1).bit_length())
-    return -(-frames // chunk) * chunk
+def _kernel_hand(hand: HandModel) -> HandModel:
+    """``hand`` without its name and side (static fields the kernel never reads: left and right share
+    a program), made once per model object."""
+    got = _HANDS.get(id(hand))
+    if got is None or got[0] is not hand:
+        if len(_HANDS) > 32:
+            _HANDS.clear()
+        got = _HANDS[id(hand)] = (hand, hand.replace(name="", side=""))
+    return got[1]
 
 
-def _solve_bucketed(hand, lm, weights, q0a, cfg, warm, platform: str | None = None, chunk: int | None = None) -> IKResult:
-    """:func:`solve_batch` on numpy inputs padded to :func:`_bucket`'s size with missing frames (which
-    are invalid and do not keep the solver's loop running); the padding is dropped from the result.
-    Batches beyond a chunk (:func:`chunk_frames`) are solved a chunk per call (one program for any
-    size). On the CPU, weights and start pose are made here when not given, so one compilation serves
-    every call. On an accelerator the batch crosses to the device once and is sliced there, and
-    missing weights and start pose are made inside the program (none crosses from the host). At 2²⁰
-    frames on an H200 the call took 0.39 s: the input checks on the host 0.041 s, the transfer
-    0.036 s, the 16 chunk calls 0.305 s (one program over all chunks: 0.245 s, but a compilation per
-    batch size). ``platform``: default JAX's default backend; ``chunk``: default :func:`chunk_frames`
-    of the platform."""
-    platform = platform or jax.default_backend()
-    on_host = platform == "cpu"
-    if on_host:
-        weights, q0a = default_inputs(hand, lm, weights, q0a, np)
+#: (static key) → the program that solves a padded batch (:func:`_solve_eager`)
+_PROGRAMS: dict = {}
+
+
+def _solve_eager(hand, lm, weights, q0, cfg, warm: bool) -> IKResult:
+    """:func:`solve_batch` on concrete (numpy) inputs, by the rules of :mod:`wuji_jax.programs`: the
+    batch padded to :func:`~wuji_jax.programs.padded_frames` (missing frames: invalid, not solved, and
+    they do not keep the loop running), on one device, or split over the local devices
+    (:func:`~wuji_jax.programs.split_sharding`) with each device's rows padded alike. One program per
+    padded size, compiled on its first call (small CPU programs as two stages side by side:
+    :func:`staged_program`); the padding is dropped from the result."""
     batch = lm.shape[:-2]
     flat = math.prod(batch)
-    chunk = chunk or chunk_frames(platform)
-    size = _bucket(flat, chunk)
-    pad = size - flat
-    lm, weights, q0a = (None if a is None else a.reshape((flat,) + a.shape[len(batch):]) for a in (lm, weights, q0a))
-    if pad:
-        lm = np.concatenate([lm, np.full((pad, 21, 3), np.nan, lm.dtype)])
-        weights, q0a = (None if a is None else np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
-                        for a in (weights, q0a))
-    piece = min(size, chunk)
-    if on_host:
-        part = lambda a, i: None if a is None else a[i:i + piece]  # noqa: E731
-    else:
-        lm, weights, q0a = (None if a is None else jax.device_put(a) for a in (lm, weights, q0a))
-        part = lambda a, i: a if a is None or piece == size else jax.lax.dynamic_slice_in_dim(a, i, piece)  # noqa: E731
-    pieces = [(hand, part(lm, i), part(weights, i), part(q0a, i), cfg) for i in range(0, size, piece)]
-    # one program for the equal pieces, kept with the compilation cache when that is on; a batch of a
-    # bucket's size is compiled quickly (its compilation outweighs its run, wuji_jax.cache), as two
-    # programs side by side (staged_program)
-    quick = quick_compile_options(platform) if size <= max(BUCKETS) else None
-    if quick:  # named as the dataset runner's stages (runner.kernel.Kernel.staged): the same programs where shapes match
-        staged = staged_program(start_warm if warm else start_cold, fit_chunked, "solve_chunked", pieces[0], quick,
-                                tiered=True)
-        program = lambda *a: IKResult(**staged(*a))  # noqa: E731
-    else:
-        fn = _solve_warm if warm else _solve_cold
-        # the first calls answered in numpy while it compiles (wuji_jax.tiered)
-        program = (_tiered(fn, "solve_batch", pieces[0], None) if size <= TIERED_FRAMES else None) \
-            or cached_program(fn, "solve_batch", *pieces[0])
-    return _join(tuple(program(*args) for args in pieces), flat, batch)
+    if flat == 0:
+        return _empty(hand, batch, lm.dtype)
+    lm = lm.reshape(flat, 21, 3)
+    weights, q0 = (None if a is None else a.reshape((flat,) + a.shape[len(batch):]) for a in (weights, q0))
+    sharding = programs.split_sharding(flat)
+    if sharding is not None:
+        return _solve_split(hand, lm, weights, q0, cfg, sharding, warm, batch)
+    platform = jax.default_backend()
+    size = programs.padded_frames(flat, programs.chunk_frames(platform))
+    options = programs.compile_options(size, platform)
+    staged = options is not None  # a quickly compiled program: two stages, compiled side by side
+    if staged:  # the stages take every input (weights and start pose made here)
+        weights, q0 = default_inputs(hand, lm, weights, q0, np)
+    if size > flat:
+        lm, weights, q0 = _pad(size - flat, lm, weights, q0)
+    key = (size, lm.dtype, weights is None, q0 is None, warm, jax.tree_util.tree_structure((hand, cfg)), platform)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        args = (hand, lm, weights, q0, cfg)
+        if staged:
+            # named as the dataset runner's stages (runner.kernel.Kernel.staged): shared where shapes match
+            program = staged_program(start_warm if warm else start_cold, fit_chunked, "solve_chunked", args, options)
+        else:
+            program = cached_program(_solve_warm if warm else _solve_cold, "solve_batch", *args)
+        _PROGRAMS[key] = program
+    out = program(hand, lm, weights, q0, cfg)
+    if staged:
+        out = IKResult(**out)
+    return out if batch == (size,) else _unpad(out, flat, batch)
+
+
+def _pad(pad: int, lm, weights, q0):
+    """``pad`` missing frames (NaN landmarks, zero weights and start angles) after the inputs'."""
+    fill = lambda a, v: None if a is None else np.concatenate([a, np.full((pad,) + a.shape[1:], v, a.dtype)])  # noqa: E731
+    return fill(lm, np.nan), fill(weights, 0.0), fill(q0, 0.0)
+
+
+def _empty(hand: HandModel, batch: tuple, dtype) -> IKResult:
+    """The result of a batch without frames (shape ``batch``, one of its axes 0)."""
+    n, m = hand.num_joints, len(hand.mimic_sources)
+    z = lambda *tail, dt=dtype: jnp.zeros(batch + tail, dt)  # noqa: E731
+    return IKResult(angles=z(n), coupled=z(m), rotation=z(3, 3), translation=z(3), scale=z(), keypoints=z(21, 3),
+                    residual=z(), errors=z(21), valid=z(dt=bool), converged=z(dt=bool), iterations=z(dt=jnp.int32),
+                    flags=z(dt=jnp.int32), cost=z())
+
+
+def _solve_split(hand, lm, weights, q0, cfg, sharding, warm: bool, batch: tuple) -> IKResult:
+    """The frames ``(B, 21, 3)`` split over the devices of ``sharding``: device ``d`` holds frames
+    ``d·per`` to ``(d + 1)·per − 1`` (``per`` = the frames over the devices, rounded up) at the front of
+    its rows, padded with missing frames to :func:`~wuji_jax.programs.padded_frames` (at most one chunk
+    a device); each device solves its rows (:func:`split_kernel`)."""
+    flat = lm.shape[0]
+    D = sharding.mesh.size
+    chunk = programs.chunk_frames(sharding.mesh.devices.flat[0].platform)
+    per = -(-flat // D)
+    rows = programs.padded_frames(per, chunk)
+    weights, q0 = default_inputs(hand, lm, weights, q0, np)
+    args = []
+    for a, v in zip((lm, weights, q0), (np.nan, 0.0, 0.0)):
+        buf = np.full((D, rows) + a.shape[1:], v, a.dtype)
+        for d in range(D):
+            part = a[d * per:(d + 1) * per]
+            buf[d, :len(part)] = part
+        args.append(buf.reshape((D * rows,) + a.shape[1:]))
+    out = split_kernel(sharding.mesh, warm)(hand, *jax.device_put(args, sharding), cfg)
+    if rows * D == flat:  # no padding
+        return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
+    return IKResult(**{k: _front_rows(v, D, per, flat).reshape(batch + v.shape[1:]) for k, v in out.items()})
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _front_rows(v, devices: int, per: int, flat: int):
+    """The first ``per`` rows of each device's block of ``v``, the first ``flat`` of them."""
+    return v.reshape((devices, -1) + v.shape[1:])[:, :per].reshape((devices * per,) + v.shape[1:])[:flat]
 
 
 def _solve_cold(hand, lm, weights, q0, config) -> IKResult:
@@ -681,35 +588,12 @@ def _solve_warm(hand, lm, weights, q0, config) -> IKResult:
     return solve_batch(hand, lm, weights, q0, config, True)
 
 
-def _join(outs: tuple, flat: int, batch: tuple) -> IKResult:
-    """The pieces' results (equal sizes) as one, without the padding. The pieces are written into one
-    buffer a piece at a time: three small programs whatever the number of pieces (a concatenation of
-    256 pieces compiled for 3 s). Pieces answered in numpy (:mod:`wuji_jax.tiered`) are joined in numpy."""
-    if isinstance(outs[0].angles, np.ndarray):
-        return jax.device_put(IKResult(*(np.concatenate(f)[:flat].reshape(batch + f[0].shape[1:]) for f in zip(*outs))))
-    out = outs[0]
-    if len(outs) > 1:
-        out = _first(out, len(outs))
-        for i, piece in enumerate(outs[1:], 1):
-            out = _place(out, piece, i * piece.angles.shape[0])
-    return _unpad(out, flat, batch)
-
-
-@functools.partial(jax.jit, static_argnames=("count",))
-def _first(piece: IKResult, count: int) -> IKResult:
-    """A buffer for ``count`` pieces holding the first (on the piece's device, as the others)."""
-    return IKResult(*(jnp.zeros((count * v.shape[0],) + v.shape[1:], v.dtype).at[:v.shape[0]].set(v) for v in piece))
-
-
-@functools.partial(jax.jit, donate_argnums=0)
-def _place(out: IKResult, piece: IKResult, start) -> IKResult:
-    return IKResult(*(jax.lax.dynamic_update_slice_in_dim(o, p, start, 0) for o, p in zip(out, piece)))
-
-
 @functools.partial(jax.jit, static_argnames=("flat", "batch"))
 def _unpad(out: IKResult, flat: int, batch: tuple) -> IKResult:
     return IKResult(*(v[:flat].reshape(batch + v.shape[1:]) for v in out))
 
+
+DEFAULT_CONFIG = SolverConfig()
 
 
 # ---------------------------------------------------------------------------------- the loss, optax
