@@ -192,8 +192,8 @@ def public(hand, y, name):
 
 
 def parts(hand, y):
-    """Where ``wj.solve``'s time goes on numpy input: the host-side checks, the transfer, the chunks
-    solved a call each (inputs on the device), all chunks in one program, the whole call (s)."""
+    """Where ``wj.solve``'s time goes on numpy input: the host-side checks, the transfer, the solver's
+    program on inputs already on the device, the whole call (s)."""
     import wuji_jax as wj
     from wuji_jax.solver import api
 
@@ -204,7 +204,6 @@ def parts(hand, y):
     whole = jax.jit(lambda h, lm, c: api.solve_batch(h, lm, None, None, c, False))
     return dict(frames=len(y), check_input_s=med(lambda: api.check_solver_input(hand, y, None, None, True)),
                 device_put_s=med(lambda: jax.device_put(y)),
-                chunk_calls_device_input_s=med(lambda: api._solve_bucketed(h, dev, None, None, cfg, False)),
                 one_program_s=med(lambda: whole(h, dev, cfg)), solve_numpy_s=med(lambda: wj.solve(hand, y)))
 
 

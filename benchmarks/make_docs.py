@@ -3,7 +3,7 @@
 Tables (``--tables-only``): reads every ``benchmarks/results/*.json``, keeps those that describe the
 current code (below), and rewrites
 
-* ``README.md`` between ``<!-- numbers:begin -->`` and ``<!-- numbers:end -->`` (the "Numbers" section)
+* ``docs/performance.md`` between ``<!-- numbers:begin -->`` and ``<!-- numbers:end -->`` ("The latest results")
 * ``benchmarks/README.md`` between ``<!-- tables:begin -->`` and ``<!-- tables:end -->``
 
 and nothing else in either file. Every number in those regions is a key of a results JSON (or a ratio
@@ -69,6 +69,8 @@ RESULTS = BENCH / "results"
 FIGURES = ROOT / "assets" / "figures"
 MANIFEST = FIGURES / "figures.json"
 README = ROOT / "README.md"
+PERFORMANCE = ROOT / "docs" / "performance.md"  # its "The latest results" region is written here
+INSPIRE_DOC = ROOT / "docs" / "inspire.md"  # holds the hand-written Inspire pose table
 BENCH_README = BENCH / "README.md"
 DEXRET = ROOT.parent / "shared" / "data" / "dexret_human_joint_right.npy"
 SCALING = RESULTS / "scaling.png"
@@ -954,8 +956,10 @@ def redraw_scaling(book: Results) -> bool:
 def tables(require_commit: bool) -> None:
     book = Results(load_results(require_commit))
     scaling_current = redraw_scaling(book)
-    changed = replace_region(README, BEGIN_README, END_README, readme_region(book, scaling_current))
-    print(f"{_rel(README)}: numbers region {'rewritten' if changed else 'unchanged'}")
+    # the region's links are written from the repository root; docs/performance.md sits one folder down
+    region = readme_region(book, scaling_current).replace("](assets/", "](../assets/").replace("](benchmarks/", "](../benchmarks/")
+    changed = replace_region(PERFORMANCE, BEGIN_README, END_README, region)
+    print(f"{_rel(PERFORMANCE)}: numbers region {'rewritten' if changed else 'unchanged'}")
     changed = replace_region(BENCH_README, BEGIN_BENCH, END_BENCH, bench_region(book))
     print(f"{_rel(BENCH_README)}: tables region {'rewritten' if changed else 'unchanged'}")
     for k in dict.fromkeys(book.missing_keys):
@@ -1096,14 +1100,14 @@ def fig_inspire() -> list[dict]:
 
 
 def _compare_pose_table(rows: list[str]) -> None:
-    """Say whether the README's hand-written Inspire pose table matches what inspire_channels.py prints."""
-    text = README.read_text(encoding="utf-8")
+    """Say whether docs/inspire.md's hand-written pose table matches what inspire_channels.py prints."""
+    text = INSPIRE_DOC.read_text(encoding="utf-8")
     wrong = [r for r in rows if r not in text]
     if wrong:
-        print("  note: README's Inspire pose table (section 'Inspire hand commands', outside make_docs.py's region) "
+        print("  note: docs/inspire.md's pose table (outside make_docs.py's region) "
               "differs from benchmarks/inspire_channels.py now:\n    " + "\n    ".join(wrong))
     else:
-        print("  README's Inspire pose table matches benchmarks/inspire_channels.py")
+        print("  docs/inspire.md's pose table matches benchmarks/inspire_channels.py")
 
 
 def figures() -> None:

@@ -46,7 +46,7 @@ does not move a cache that is already in use.
 As JAX warns, the cache is trusted code: do not point it at a folder others can write to.
 
 Traced programs too: a process whose program is in the cache still traces and lowers it from Python
-(about 2.5 s for the solver on a 2-core CPU) to compute the cache key. :func:`cached_program` keeps
+(seconds for the solver) to compute the cache key. :func:`cached_program` keeps
 the lowered program as well (``jax.export``, public API) in ``<folder>/programs``, under a key of the
 function, the argument structure, shapes, dtypes and shardings, the jax/jaxlib versions and a digest
 of wuji_jax's own source files, so a later process reads it back (tens of ms) instead of tracing.
@@ -54,16 +54,12 @@ of wuji_jax's own source files, so a later process reads it back (tens of ms) in
 
 Quick compilation: a program that runs briefly, once or a few times (a :class:`~wuji_jax.FrameSolver`
 frame, :func:`wuji_jax.solve` on up to 64 frames, a ``wuji-jax solve`` job of up to
-:data:`wuji_jax.batch.QUICK_JOB_FRAMES` frames), spends far longer compiling than running. For those
+:data:`wuji_jax.programs.QUICK_JOB_FRAMES` frames), spends far longer compiling than running. For those
 XLA:CPU is given :func:`quick_compile_options`: its older fusion code generator
 (``xla_cpu_use_fusion_emitters=False``, a documented XLA option, passed through JAX's public
-``compiler_options``), which compiles the solver in about 60 % of the time. Measured on a 2-core AMD
-EPYC (jaxlib 0.10.2, 2026-12-07), each program in two fresh processes per setting, XLA's defaults →
-quick (the machine's speed varied between runs): ``FrameSolver``'s one-frame kernel 5.8–6.7 → 3.5 s to
-compile, a warm frame 0.38–0.44 → 0.27 ms; :func:`~wuji_jax.solver.api.solve_chunked` on 64 frames
-8.1–10.0 → 5.1–5.3 s, running 1.7–1.9 → 1.7–2.9 ms; on 256 frames 8.3–9.1 → 5.3 s, running
-5.2–9.8 → 6.5–7.7 ms. The fit is the same to float32 rounding (angles within 1.5e-5 rad
-on the 621 frames of ``dexret_human_joint_right``). Large batches and jobs keep XLA's defaults: there
+``compiler_options``), which compiles the solver in about 60 % of the time, with the same fit to
+float32 rounding (``docs/performance.md``, "Quick options"). Which programs get them is
+:func:`wuji_jax.programs.compile_options`'s rule; large batches and jobs keep XLA's defaults: there
 the run time counts. ``WUJI_JAX_QUICK_COMPILE=0`` turns this off; a jaxlib that does not know the
 option compiles with its defaults.
 
@@ -214,7 +210,7 @@ def _accepted(options: tuple) -> bool:
     x = jax.device_put(np.zeros(2, np.float32), jax.devices("cpu")[0])
     try:
         jax.jit(lambda v: v + 1).lower(x).compile(compiler_options=dict(options))
-    except Exception as e:  # jaxlib 0.10.2: "INVALID_ARGUMENT: No such compile option: 'xla_…'"
+    except Exception as e:  # jaxlib: "INVALID_ARGUMENT: No such compile option: 'xla_…'"
         if "compile option" in str(e):
             return False
         raise

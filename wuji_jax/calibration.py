@@ -106,7 +106,7 @@ def calibrate(
         params = _fit(hand, params, r.angles, r.rotation, r.translation, r.scale, lm, w, config, priors,
                       jnp.asarray(learning_rate, dt), steps=int(steps))
         # on the host, as in the first round: the parameters _fit returns sit on a device, and called
-        # with them JAX compiled _fit again for the second round (3.9 s on a 2-core CPU); the model
+        # with them JAX compiled _fit again for the second round; the model
         # returned is not tied to a device either (it may be used on several)
         params = jax.tree_util.tree_map(np.asarray, params)
     return apply_calibration(hand, params)

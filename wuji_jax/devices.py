@@ -1,12 +1,9 @@
 """Devices: use every CPU core, and split big batches over the local devices.
 
-XLA:CPU runs one computation on about one core (on this project's 2-core machine the solver at batch
-1024 gains 1.3× from the second core), but it runs the computations of several CPU *devices* in
-parallel. :func:`use_cpu_cores` asks JAX for one CPU device per core; :func:`wuji_jax.solve` and
+XLA:CPU runs one computation on about one core, but it runs the computations of several CPU
+*devices* in parallel. :func:`use_cpu_cores` asks JAX for one CPU device per core; :func:`wuji_jax.solve` and
 :func:`wuji_jax.batch.solve_dataset` then split large batches over ``jax.local_devices()`` (GPUs
-alike; the rule: :func:`wuji_jax.programs.split_sharding`). On 2 cores that was 1.5× the frames/s of one device; since the solver's fusions vectorise (its
-own float32 sin/cos) one device already keeps both cores busier and two gain 1.03–1.05× at batch
-1024–10^4 (``benchmarks/bench_ik.py``)::
+alike; the rule: :func:`wuji_jax.programs.split_sharding`; figures in ``docs/performance.md``)::
 
     import jax
     import wuji_jax as wj

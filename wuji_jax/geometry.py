@@ -118,11 +118,10 @@ def total(x, axis):
     """Sum over small axes (an int or a tuple): adds of slices for XLA:CPU, a reduction elsewhere
     (:func:`summing`).
 
-    XLA:CPU (jaxlib 0.10.2) runs a reduction over a non-minor axis 15–30× slower than the same sum
-    written as adds, which it fuses into one vectorised loop (``benchmarks/bench_xla_cpu.py``). The
-    axes summed in the kernels have 3–21 entries. On an H200 (jaxlib 0.11.2) the solver with
-    reductions compiled in 8.9 s instead of 14.6 s and ran 4.46M frames/s instead of 4.28M at 2^20
-    frames (``total`` alone as reductions: 10.5 s, 4.49M).
+    XLA:CPU runs a reduction over a non-minor axis many times slower than the same sum written as adds,
+    which it fuses into one vectorised loop; on accelerators reductions compile sooner and run as fast
+    (``docs/performance.md``, "Sums as adds of slices"). The axes summed in the kernels have 3–21
+    entries.
     """
     if _reductions():
         return jnp.sum(x, axis=axis)
@@ -143,8 +142,7 @@ def contract(a, b, axis):
     Where the product of whole arrays has several users (one per slice), XLA:CPU writes it to memory
     before adding its slices (for the forward kinematics of a 256-frame chunk, a ``(3, 3, 3, 5, 256)``
     temporary per link); products of slices fuse with their sum into one loop. ``matmul``, ``matvec``,
-    ``matTvec`` and ``dot`` use it: the solver at 256 frames per chunk took 34 µs per frame instead
-    of 38 (one CPU device), and its 64-frame program about 5 % longer to compile (more operations).
+    ``matTvec`` and ``dot`` use it (``docs/performance.md``, "Products of slices").
     """
     if _reductions():
         return jnp.sum(a * b, axis=axis)
@@ -174,12 +172,10 @@ def take(x, idx, axis: int):
     ``axis``): the values of ``x[..., idx, ...]``. Where ``idx`` is at most :data:`TAKE_MAX_RUNS`
     runs of consecutive indices, as slices of the runs, concatenated; else as the gather.
 
-    The kernels' index arrays are constants of the model's chains. XLA:CPU ran the few-run ones
-    faster as slices: ``wj.forward_keypoints`` made 0.85-0.99 / 0.52-0.54 / 0.88-1.49M keypoint
-    sets/s at 1,000 / 4,096 / 10,000 frames with gathers everywhere, 1.43-2.22 / 1.48-1.52 /
-    2.07-2.31M with this (3 alternating processes, 2-core AMD EPYC, jaxlib 0.10.2). Every index array
-    as slices made the solver's program 438 fusions instead of 323 (1 frame) and slower to compile;
-    with this rule it has 325. The results are the same, bit for bit.
+    The kernels' index arrays are constants of the model's chains. XLA:CPU runs the few-run ones
+    faster as slices; every index array as slices would make the solver's program larger and slower
+    to compile (``docs/performance.md``, "Gathers as slices of runs"). The results are the same, bit
+    for bit.
     """
     idx = np.asarray(idx)
     axis = axis % x.ndim

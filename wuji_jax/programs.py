@@ -1,7 +1,7 @@
 """The one policy for the solver's compiled programs: how a batch is sized, placed and compiled.
 
-Every rule that decides which XLA program answers a call lives here, once, with the measurement that
-justifies it (``benchmarks/``; figures and their history in ``docs/performance.md``):
+Every rule that decides which XLA program answers a call lives here, once; the measurements behind
+each are in ``docs/performance.md`` (made by the scripts in ``benchmarks/``):
 
 * **chunks** (:func:`chunk_frames`): a device solves its frames ``chunk`` at a time inside one
   program: 128 on a CPU (the solver's state stays in the caches; each chunk's loop stops when its own
@@ -22,9 +22,9 @@ justifies it (``benchmarks/``; figures and their history in ``docs/performance.m
   defaults, which run them faster. A ``wuji-jax solve`` job of at most :data:`QUICK_JOB_FRAMES` frames
   (bounded before it starts) is compiled quickly too. ``benchmarks/bench_core.py``.
 * **FK chunks** (:data:`FK_CHUNK_FRAMES`, :data:`LINK_CHUNK_FRAMES`): forward kinematics on a CPU
-  loops over chunks inside its program (the arrays stay in the caches: 2.0–2.4M keypoint sets/s at
-  10^5 frames against 0.70M whole), which also keeps clear of an XLA:CPU fault of jaxlib 0.10.2
-  (``jax.grad`` outside ``jax.jit`` wrong over larger float32 arrays; ``tests/test_kinematics.py``).
+  loops over chunks inside its program (the arrays stay in the caches), which also keeps clear of an
+  XLA:CPU fault (``jax.grad`` outside ``jax.jit`` wrong over larger float32 arrays;
+  ``tests/test_kinematics.py``).
 
 Programs are plain ``jax.jit`` functions: the first call for a size compiles and blocks, later calls run
 the compiled program, nothing runs in the background. :func:`wuji_jax.enable_compilation_cache` keeps
@@ -39,23 +39,19 @@ __all__ = ["CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES", "SPLIT_MIN_FRAMES", "QUIC
            "FK_CHUNK_FRAMES", "LINK_CHUNK_FRAMES", "chunk_frames",
            "padded_frames", "split_sharding", "compile_options", "STANDARD_SIZES"]
 
-#: frames a CPU device solves at a time (16,384 real frames on 2 CPU devices: 137-142k frames/s with
-#: chunks of 128, 137k with 64, 127-132k with 256, 101k with 512, 65k with 1024)
+#: frames a CPU device solves at a time (the fastest of five sizes)
 CHUNK_FRAMES = 128
-#: frames an accelerator solves at a time (an H200 at 2^20 real frames: 4.24M frames/s with 65,536,
-#: 4.21M with 32,768, 3.64M with 16,384, 3.71M with 131,072)
+#: frames an accelerator solves at a time (the fastest of five sizes on an accelerator)
 ACCELERATOR_CHUNK_FRAMES = 65536
 #: frames per device below which a batch is not split over the devices
 SPLIT_MIN_FRAMES = 256
 #: programs of at most this many frames (per device) on a CPU are compiled with the quick options
 QUICK_FRAMES = 64
-#: a ``wuji-jax solve`` job of at most this many frames compiles its kernel quickly (about 3.5 s less to
-#: compile, at most ~7 % longer to run at this size)
+#: a ``wuji-jax solve`` job of at most this many frames compiles its kernel quickly
 QUICK_JOB_FRAMES = 65536
 #: frames :func:`wuji_jax.forward_keypoints` and :func:`wuji_jax.landmark_loss` compute at a time on a CPU
 FK_CHUNK_FRAMES = 2048
-#: the same for :func:`wuji_jax.forward_kinematics`, whose arrays hold all 21 links (its gradient outside
-#: ``jax.jit`` was wrong from 512 frames per program with jaxlib 0.10.2, right at 256)
+#: the same for :func:`wuji_jax.forward_kinematics`, whose arrays hold all 21 links
 LINK_CHUNK_FRAMES = 256
 #: the batch sizes ``wuji-jax warmup`` compiles :func:`wuji_jax.solve` for (one frame, a typical
 #: small batch, one CPU chunk)

@@ -135,14 +135,15 @@ def decrement_tolerance(cost, dtype):
 
 
 class Refined(NamedTuple):
-    """:func:`refine`'s result: the variables, their objective ``(B,)``, gradient ``(nz, B)`` and
-    Hessian ``(nz, nz, B)``, the free increments ``(nz, B)``, Newton steps taken ``(B,)``, converged
-    ``(B,)`` and the frames whose solution has an exact derivative ``(B,)``."""
+    """:func:`refine`'s result: the variables, their objective ``(B,)``, gradient ``(nz, B)``, the
+    Cholesky factor of the Hessian reduced to the free increments ``L (B, nz, nz)`` (the identity on
+    frames without an exact derivative), the free increments ``(nz, B)``, Newton steps taken ``(B,)``,
+    converged ``(B,)`` and the frames whose solution has an exact derivative ``(B,)``."""
 
     x: Variables
     cost: jax.Array
     g: jax.Array
-    H: jax.Array
+    L: jax.Array
     free: jax.Array
     steps: jax.Array
     converged: jax.Array
@@ -231,7 +232,8 @@ def refine(theta, st: Structure, x: Variables, active) -> Refined:
     L = jnp.linalg.cholesky(_reduced(s.H, free))
     pd = jnp.all(jnp.isfinite(L), (1, 2))
     exact = ~active | (s.converged & pd & ~kink)
-    return Refined(s.x, s.cost, s.g, s.H, free, s.steps, s.converged & active, exact)
+    L = jnp.where((exact & pd)[:, None, None], L, jnp.eye(nz, dtype=dtype))
+    return Refined(s.x, s.cost, s.g, L, free, s.steps, s.converged & active, exact)
 
 
 def tangent(theta, dtheta, st: Structure, r: Refined):
@@ -240,13 +242,8 @@ def tangent(theta, dtheta, st: Structure, r: Refined):
     on frames without an exact derivative), mapped through :func:`retract`."""
     x = r.x
     n, m = _sizes(st, x)
-    nz = n + m + 7
-    dtype = x.logs.dtype
-    z = jnp.zeros((nz, x.logs.shape[-1]), dtype)
-    H = jax.lax.stop_gradient(r.H)
-    L = jnp.linalg.cholesky(_reduced(H, r.free))
-    ok = r.exact & jnp.all(jnp.isfinite(L), (1, 2))
-    L = jnp.where(ok[:, None, None], L, jnp.eye(nz, dtype=dtype))
+    z = jnp.zeros((n + m + 7, x.logs.shape[-1]), x.logs.dtype)
+    L, ok = jax.lax.stop_gradient(r.L), r.exact
     _, b = jax.jvp(lambda th: _gradient(th, st, x, z), (theta,), (dtheta,))  # ∂g/∂θ·dθ (nz, B)
     dz = -_solve(L, jnp.where(r.free & ok, b, 0.0))
     dz = jnp.where(r.free & ok, dz, 0.0)

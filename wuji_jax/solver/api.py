@@ -651,9 +651,8 @@ def _landmark_loss(hand, q, rotation, translation, log_scale, landmarks, weights
                       translation.T, log_scale)
         return cost(hand, x, keypoints(hand, st, params, x), prob, config, soft)
 
-    # in chunks of FK_CHUNK_FRAMES on a CPU: a program over more frames had wrong gradients outside
-    # jax.jit with jaxlib 0.10.2's XLA:CPU (3,000 float32 frames: as large as the gradient itself;
-    # right at 2,048), as forward_keypoints' (smaller chunks made calibrate's steps 3.6x slower)
+    # in chunks of FK_CHUNK_FRAMES on a CPU, as forward_keypoints (wuji_jax.programs: an XLA:CPU fault
+    # made gradients outside jax.jit wrong over larger programs)
     return map_chunks(cost_rows, rows, cpu_chunk(lm.shape[0], FK_CHUNK_FRAMES)).reshape(batch)
 
 

@@ -171,9 +171,7 @@ def _stored(x, one):
     XLA:CPU fuses cheap producers (adds, products, compares, selects) into every consumer, so a chain
     of dependent steps (a Cholesky factorisation, the trial point's cost that selects the next state)
     is recomputed inside each later kernel. A division counts as expensive and is not duplicated, so
-    the quotient is stored once: the V × V Cholesky at batch 2048 ran at 0.57 µs per frame plain,
-    0.28 µs so, and 6.4 µs with the result forced through a reduction
-    (``benchmarks/bench_xla_cpu.py``)."""
+    the quotient is stored once (``docs/performance.md``, "Stored intermediates")."""
     return x / one
 
 
@@ -271,7 +269,7 @@ def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cf
     gq = _stored(gq, prob.one)  # (its sums would be recomputed in every consumer of the mask below)
     held = (is_joint > 0) & (((xv >= hi) & (gq < 0)) | ((xv <= lo) & (gq > 0)))  # (V, G, B)
     # stored: fused into each of its consumers (A, Bm, gq), the mask and the gathers before it were
-    # recomputed per element (normal_equations alone, 128 frames: 3.09 µs a frame so, 1.39 stored)
+    # recomputed per element
     free = _stored(jnp.where(held, 0.0, 1.0).astype(kp.dtype), prob.one)
     A = A * free[:, None] * free[None] + jnp.eye(V, dtype=kp.dtype)[:, :, None, None] * (1 - free)[None]
     return A, Bm * free[:, None], C, gq * free, gp
@@ -316,7 +314,7 @@ def step(hand, st: Structure, params: ChainParams, prob: Problem, cfg: SolverCon
 
     Iteration ``i = 0`` evaluates the start instead: its trial point is ``s.x`` itself, accepted on
     every frame, so that the loop holds the program's only keypoint-and-Jacobian evaluation (one more
-    before the loop made the 64-frame fit program compile in 3.6 s instead of 3.1 s on a 2-core CPU).
+    before the loop made the program slower to compile).
     That iteration skips the linear algebra (``lax.cond``), counts no iteration and leaves the
     damping as it is."""
     first = s.i == 0
@@ -358,12 +356,9 @@ def loop(st: Structure, theta, x0: Variables, active):
                 cost=jnp.full((B,), jnp.inf, dtype), lam=jnp.full((B,), cfg.damping, dtype),
                 nu=jnp.full((B,), 2.0, dtype), iterations=jnp.zeros((B,), jnp.int32),
                 converged=jnp.zeros((B,), bool), active=active, i=jnp.zeros((), jnp.int32))
-    # iteration 0 evaluates the start; 1 … cfg.iterations are LM iterations. A loop, not unrolled: the
-    # one-frame program (FrameSolver's) with its 6 steps unrolled ran a warm frame in 0.288 ms against
-    # 0.377 (float32, XLA's defaults, the same output on 621 dexret frames to the bit; 0.290 against
-    # 0.342 ms with the quick options) but compiled in 12.0 s against 6.1 (3.7 quick) and held 2.8× the
-    # StableHLO (2-core CPU, jaxlib 0.10.2): 0.05–0.09 ms a frame for 6–8 s more compilation, and an
-    # unrolled batch would run every step even where all its frames have stopped
+    # iteration 0 evaluates the start; 1 … cfg.iterations are LM iterations. A loop, not unrolled: an
+    # unrolled one ran a frame a little faster but compiled for twice as long (docs/performance.md),
+    # and would run every step even where all its frames have stopped
     s = jax.lax.while_loop(lambda s: (s.i == 0) | ((s.i <= cfg.iterations) & jnp.any(s.active)),
                            lambda s: step(hand, st, params, prob, cfg, s), s)
     return s.x, s.iterations, s.converged
