@@ -359,7 +359,8 @@ def _cpus_per_worker(ray, asked: int | None) -> int:
 
 
 def _connect(ray, address: str | None, progress: bool) -> bool:
-    """Join or start a cluster; True when this call started Ray (and so shuts it down)."""
+    """Join or start a cluster; True when this call started Ray (and so shuts it down). ``"local"``
+    starts one bound to 127.0.0.1 (no port of it reachable from another machine), without dashboard."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"log_to_driver": progress}
@@ -369,10 +370,22 @@ def _connect(ray, address: str | None, progress: bool) -> bool:
         kwargs["logging_level"] = logging.WARNING
     if address in (None, "local"):
         kwargs["include_dashboard"] = False
-    if address == "local":
-        # the new cluster serves this machine only: no port of it listens on another interface
-        kwargs.update(dashboard_host="127.0.0.1", node_ip_address="127.0.0.1")
-    ray.init(address=address, **kwargs)
+    if address != "local":
+        ray.init(address=address, **kwargs)
+        return True
+    # the new cluster serves this machine only: its node address is the loopback one, so that its servers
+    # listen there and on no other interface (ray.init turns a loopback _node_ip_address into the
+    # machine's address unless its constant ENABLE_RAY_CLUSTER is off, as it is on macOS and Windows)
+    kwargs.update(dashboard_host="127.0.0.1", _node_ip_address="127.0.0.1")
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    saved = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    if saved is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(address=address, **kwargs)
+    finally:
+        if saved is not None:
+            constants.ENABLE_RAY_CLUSTER = saved
     return True
 
 
