@@ -437,3 +437,40 @@ def test_sums_are_written_for_the_platform_compiled_for():
         np.testing.assert_allclose(np.asarray(c), (a * b).sum(1), rtol=1e-12)
     assert ops == {"cpu": 0, "gpu": 2, geo.REDUCE: 2}
     assert not geo._reductions()  # outside a context: JAX's default backend (this machine's CPU)
+
+
+def test_settings_and_start_poses_are_checked(right):
+    """Bad SolverConfig values and absurd start poses are one-line ValueErrors naming what is wrong
+    (before anything compiles)."""
+    for bad, word in [(dict(flag_residual=float("nan")), "flag_residual"), (dict(iterations=-1), "iterations"),
+                      (dict(huber_delta=0.0), "huber_delta"), (dict(tolerance=float("inf")), "tolerance"),
+                      (dict(damping=1e7), "damping"), (dict(min_landmarks=30), "min_landmarks")]:
+        with pytest.raises(ValueError, match=word) as e:
+            wj.SolverConfig(**bad)
+        assert "\n" not in str(e.value)
+    _, y, *_ = synthetic(2, seed=11)
+    q0 = np.zeros((2, 20))
+    q0[1, 4] = 1e6
+    with pytest.raises(ValueError, match=r"q0\[1, 4\] \(index_finger_mcp_flex\).*radians, not degrees"):
+        wj.solve(right, y, q0=q0)
+    with pytest.raises(ValueError, match="thumb_cmc_flex"):
+        wj.FrameSolver(right)(y[0].astype(np.float32), q0=np.full(20, np.nan, np.float32))
+
+
+def test_unseen_fingers_and_high_residuals_are_flagged_and_not_valid(right):
+    """A finger with none of its distal landmarks observed gets FLAG_UNSEEN_FINGER; it and a fit beyond
+    flag_residual are not valid (valid: every finger observed and fitted within flag_residual)."""
+    from wuji_jax.solver import FLAG_HIGH_RESIDUAL, FLAG_NAMES, FLAG_UNSEEN_FINGER
+
+    _, y, *_ = synthetic(64, seed=12)
+    y = y.copy()
+    y[0, [6, 7, 8]] = np.nan  # index finger unseen
+    y[1, [2, 3, 4, 14, 15, 16, 18, 19, 20]] = np.nan  # thumb, ring and pinky unseen
+    y[2, [8, 12]] = np.nan  # two tips missing: every finger still seen
+    y[3] = y[3] + np.random.default_rng(0).normal(0, 0.03, (21, 3))  # 3 cm noise: a poor fit
+    res = wj.solve(right, y)
+    flags, valid = np.asarray(res.flags), np.asarray(res.valid)
+    assert flags[0] & FLAG_UNSEEN_FINGER and flags[1] & FLAG_UNSEEN_FINGER and not valid[0] and not valid[1]
+    assert not flags[2] & FLAG_UNSEEN_FINGER and valid[2]
+    assert flags[3] & FLAG_HIGH_RESIDUAL and not valid[3]
+    assert valid[4:].all() and FLAG_NAMES[FLAG_UNSEEN_FINGER] == "unseen_finger"

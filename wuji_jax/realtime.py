@@ -23,7 +23,7 @@ from .programs import compile_options
 from .landmarks import plainly_metres
 from .model import HandModel
 from .solver import IKResult, SolverConfig, check_solver_input
-from .solver.api import DEFAULT_CONFIG, config_arrays, is_traced, solve_batch
+from .solver.api import DEFAULT_CONFIG, check_start, config_arrays, is_traced, solve_batch
 
 __all__ = ["FrameSolver"]
 
@@ -104,6 +104,8 @@ class FrameSolver:
                 and (q0 is None or _plain(q0, (self.hand.num_joints,))):
             # numpy float arrays of the right shapes go straight to the kernel, which also returns the
             # hand's extent and lowest x/y; the full checks run only where those look wrong
+            if q0 is not None:
+                check_start(self._consts[0], q0)  # (its leaves are numpy)
             args = [a.astype(dtype, copy=False) for a in (landmarks, weights, q0) if a is not None]
             flat = self._run(weights is not None, q0 is not None, args)
             extent, xy_min = float(flat[-2]), float(flat[-1])

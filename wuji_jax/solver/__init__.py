@@ -32,6 +32,7 @@ from .config import FLAG_HIGH_RESIDUAL as FLAG_HIGH_RESIDUAL
 from .config import FLAG_MIRRORED as FLAG_MIRRORED
 from .config import FLAG_NAMES as FLAG_NAMES
 from .config import FLAG_NO_DERIVATIVE as FLAG_NO_DERIVATIVE
+from .config import FLAG_UNSEEN_FINGER as FLAG_UNSEEN_FINGER
 from .config import FLAG_NOT_FINITE as FLAG_NOT_FINITE
 from .config import FLAG_TOO_FEW_LANDMARKS as FLAG_TOO_FEW_LANDMARKS
 from .config import IKResult as IKResult
@@ -40,6 +41,6 @@ from .config import SolverConfig as SolverConfig
 __all__ = [
     "SolverConfig", "IKResult", "solve", "solve_rows", "Start", "start_rows", "fit_rows", "solve_chunked", "split_kernel", "solve_checked", "landmark_loss", "solve_optax",
     "pose_from_palm", "neutral_angles", "check_solver_input", "pick_side", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES", "chunk_frames",
-    "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL", "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_NO_DERIVATIVE",
+    "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL", "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_NO_DERIVATIVE", "FLAG_UNSEEN_FINGER",
     "FLAG_DEGENERATE", "DEGENERATE_SPREAD", "FLAG_NAMES",
 ]

@@ -38,7 +38,8 @@ from ..chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypo
 from ..kinematics import FK_CHUNK_FRAMES, check_angles
 from ..landmarks import check_landmarks, detect_side
 from ..model import HandModel
-from .config import (DEGENERATE_SPREAD, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL, FLAG_NO_DERIVATIVE, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
+from .config import (DEGENERATE_SPREAD, DISTAL_LANDMARKS, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL,
+                     FLAG_NO_DERIVATIVE, FLAG_UNSEEN_FINGER, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
 from .adjoint import minimise
 from .lm import Problem, Structure, Variables, cost, keypoints
@@ -46,7 +47,7 @@ from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_chunked", "Start", "start_rows", "fit_rows", "start_chunked", "fit_chunked",
            "start_cold", "start_warm", "start_spec", "staged_program", "map_chunks", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
-           "check_solver_input", "pick_side", "solve_checked", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
+           "check_solver_input", "check_start", "Q0_LIMIT_TOLERANCE", "pick_side", "solve_checked", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
            "chunk_frames"]
 
 from ..programs import ACCELERATOR_CHUNK_FRAMES, CHUNK_FRAMES, chunk_frames  # noqa: E402,F401 (re-exported)
@@ -197,15 +198,19 @@ def fit_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, star
     resid = jnp.sqrt(jnp.maximum(geo.total(errs * errs, 0) / jnp.maximum(n_valid, 1), 1e-30))
     finite_fit = finite_fit & jnp.isfinite(resid) & jnp.isfinite(c)
     bad_scale = ~((s >= 0.3) & (s <= 3.0))
+    seen = [geo.total(geo.take(used, np.asarray(idx), 0).astype(jnp.int32), 0) > 0 for idx in DISTAL_LANDMARKS]
+    unseen = valid & ~(seen[0] & seen[1] & seen[2] & seen[3] & seen[4])
+    high = resid > config.flag_residual
     flags = (jnp.where(enough, 0, FLAG_TOO_FEW_LANDMARKS)
              | jnp.where(degenerate, FLAG_DEGENERATE, 0)
              | jnp.where(bad_scale, FLAG_BAD_SCALE, 0)
-             | jnp.where(resid > config.flag_residual, FLAG_HIGH_RESIDUAL, 0)
+             | jnp.where(high, FLAG_HIGH_RESIDUAL, 0)
+             | jnp.where(unseen, FLAG_UNSEEN_FINGER, 0)
              | jnp.where(start.det < 0, FLAG_MIRRORED, 0)
              | jnp.where(finite_fit, 0, FLAG_NOT_FINITE)
              | jnp.where(exact | ~valid, 0, FLAG_NO_DERIVATIVE)).astype(jnp.int32)
     return dict(angles=q.T, coupled=rot.T, rotation=jnp.transpose(x.R, (2, 0, 1)), translation=x.t.T, scale=s,
-                keypoints=jnp.transpose(fit, (2, 1, 0)), residual=resid, errors=errs.T, valid=valid & finite_fit & ~bad_scale,
+                keypoints=jnp.transpose(fit, (2, 1, 0)), residual=resid, errors=errs.T, valid=valid & finite_fit & ~bad_scale & ~high & ~unseen,
                 converged=converged & valid & finite_fit & ~bad_scale, iterations=iters, flags=flags, cost=c)
 
 
@@ -398,7 +403,27 @@ def check_solver_input(hand: HandModel, landmarks, weights=None, q0=None, check_
             q0 = xp.broadcast_to(q0, batch + (hand.num_joints,))
         except ValueError:
             raise ValueError(f"q0 must have shape (*batch, {hand.num_joints}); got {q0.shape}") from None
+        if xp is np:
+            check_start(hand, q0)
     return lm, weights, q0
+
+
+#: radians a start pose ``q0`` may lie outside the joint limits (a rounded or filtered pose)
+Q0_LIMIT_TOLERANCE = 0.5
+
+
+def check_start(hand: HandModel, q0: np.ndarray) -> None:
+    """A ``ValueError`` naming the first joint of ``q0`` that is not finite or lies more than
+    :data:`Q0_LIMIT_TOLERANCE` outside its limits (degrees or garbage passed as a start pose)."""
+    lo, hi = np.asarray(hand.lower, np.float64), np.asarray(hand.upper, np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(q0) | (q0 < lo - Q0_LIMIT_TOLERANCE) | (q0 > hi + Q0_LIMIT_TOLERANCE)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        j = at[-1]
+        raise ValueError(f"q0{list(at)} ({hand.joint_names[j]}) = {float(q0[at]):g} rad is not a start pose: it must "
+                         f"be finite and within the joint's limits [{lo[j]:.3f}, {hi[j]:.3f}] ± {Q0_LIMIT_TOLERANCE} rad "
+                         f"(radians, not degrees)")
 
 
 def pick_side(hand: HandModel, lm: np.ndarray, side: str) -> HandModel:

@@ -11,12 +11,12 @@ import numpy as np
 
 __all__ = [
     "SolverConfig", "IKResult", "FLAG_TOO_FEW_LANDMARKS", "FLAG_BAD_SCALE", "FLAG_HIGH_RESIDUAL",
-    "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_DEGENERATE", "FLAG_NO_DERIVATIVE", "DEGENERATE_SPREAD", "FLAG_NAMES",
+    "FLAG_MIRRORED", "FLAG_NOT_FINITE", "FLAG_DEGENERATE", "FLAG_NO_DERIVATIVE", "FLAG_UNSEEN_FINGER", "DISTAL_LANDMARKS", "DEGENERATE_SPREAD", "FLAG_NAMES",
 ]
 
 FLAG_TOO_FEW_LANDMARKS = 1  #: fewer than ``config.min_landmarks`` usable landmarks, or < 3 palm points
 FLAG_BAD_SCALE = 2  #: estimated hand scale outside [0.3, 3] × the model (units? wrong data?); ``valid`` is False
-FLAG_HIGH_RESIDUAL = 4  #: RMS residual above ``config.flag_residual``
+FLAG_HIGH_RESIDUAL = 4  #: RMS residual above ``config.flag_residual``; ``valid`` is False
 FLAG_MIRRORED = 8  #: the palm's chirality is that of the other hand
 FLAG_NOT_FINITE = 16  #: the fit is not finite (e.g. coordinates near float overflow); ``valid`` is False
 #: the landmarks have no extent (RMS distance from their centroid below :data:`DEGENERATE_SPREAD`): not a
@@ -27,11 +27,22 @@ DEGENERATE_SPREAD = 1e-6  #: metres
 #: the frame's derivative is not exact, and is 0 (its fit did not converge, its Hessian is not positive
 #: definite, or a joint sits at a limit with no force holding it there: :mod:`wuji_jax.solver.adjoint`)
 FLAG_NO_DERIVATIVE = 64
+#: a finger none of whose three distal landmarks (thumb MCP, IP, tip; a finger's PIP, DIP, tip) was
+#: observed: its joints are the prior's (the start pose), not a fit; ``valid`` is False
+FLAG_UNSEEN_FINGER = 128
+#: MediaPipe indices of each finger's distal landmarks (thumb, index, middle, ring, pinky)
+DISTAL_LANDMARKS = ((2, 3, 4), (6, 7, 8), (10, 11, 12), (14, 15, 16), (18, 19, 20))
 FLAG_NAMES = {FLAG_TOO_FEW_LANDMARKS: "too_few_landmarks", FLAG_BAD_SCALE: "bad_scale",
               FLAG_HIGH_RESIDUAL: "high_residual", FLAG_MIRRORED: "mirrored", FLAG_NOT_FINITE: "not_finite",
-              FLAG_DEGENERATE: "degenerate", FLAG_NO_DERIVATIVE: "no_derivative"}
+              FLAG_DEGENERATE: "degenerate", FLAG_NO_DERIVATIVE: "no_derivative",
+              FLAG_UNSEEN_FINGER: "unseen_finger"}
 
 _STATIC = ("coupling",)
+#: (field, lower bound, bound excluded, integer) of the numeric settings (:meth:`SolverConfig.__post_init__`)
+_CHECKS = (("iterations", 0, False, True), ("min_landmarks", 3, False, True), ("huber_delta", 0, True, False),
+           ("limit_weight", 0, False, False), ("prior_weight", 0, False, False), ("coupling_weight", 0, False, False),
+           ("damping", 0, True, False), ("damping_min", 0, True, False), ("damping_max", 0, True, False),
+           ("tolerance", 0, False, False), ("flag_residual", 0, True, False))
 _INTEGER = ("iterations", "min_landmarks")
 
 
@@ -90,8 +101,22 @@ class SolverConfig:
     def __post_init__(self):
         if self.coupling not in ("hard", "soft"):
             raise ValueError(f"coupling must be 'hard' or 'soft', got {self.coupling!r}")
-        if isinstance(self.iterations, int) and self.iterations < 0:
-            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        # Python numbers are checked here; arrays (as_arrays, traced values) are the caller's
+        for name, low, strict, integer in _CHECKS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if integer and not isinstance(v, int):
+                raise ValueError(f"SolverConfig.{name} must be an integer, got {v!r}")
+            if not (v > low if strict else v >= low) or (v != v) or (name != "flag_residual" and v == float("inf")):
+                raise ValueError(f"SolverConfig.{name} must be {'>' if strict else '>='} {low:g}"
+                                 f"{'' if name == 'flag_residual' else ' and finite'}, got {v!r}")
+        if isinstance(self.min_landmarks, int) and not isinstance(self.min_landmarks, bool) and self.min_landmarks > 21:
+            raise ValueError(f"SolverConfig.min_landmarks must be <= 21, got {self.min_landmarks}")
+        if all(isinstance(getattr(self, k), (int, float)) for k in ("damping_min", "damping", "damping_max")) \
+                and not self.damping_min <= self.damping <= self.damping_max:
+            raise ValueError(f"SolverConfig needs damping_min <= damping <= damping_max, got {self.damping_min!r}, "
+                             f"{self.damping!r}, {self.damping_max!r}")
 
     def replace(self, **changes) -> "SolverConfig":
         """A copy with some fields replaced; unknown names raise ``TypeError`` naming them."""
@@ -130,9 +155,10 @@ class IKResult(NamedTuple):
         keypoints: ``(*batch, 21, 3)`` fitted model keypoints in the input frame, metres.
         residual: ``(*batch,)`` RMS distance between fitted and usable landmarks, metres.
         errors: ``(*batch, 21)`` per-landmark distance, metres (0 where a landmark was masked).
-        valid: ``(*batch,)`` bool: enough usable landmarks with some extent, a finite fit and a
-            plausible scale (no ``FLAG_TOO_FEW_LANDMARKS``, ``FLAG_DEGENERATE``, ``FLAG_NOT_FINITE`` or
-            ``FLAG_BAD_SCALE``); frames with only ``FLAG_HIGH_RESIDUAL`` or ``FLAG_MIRRORED`` stay valid.
+        valid: ``(*batch,)`` bool: every finger observed and fitted within ``config.flag_residual``:
+            none of ``FLAG_TOO_FEW_LANDMARKS``, ``FLAG_DEGENERATE``, ``FLAG_NOT_FINITE``,
+            ``FLAG_BAD_SCALE``, ``FLAG_HIGH_RESIDUAL``, ``FLAG_UNSEEN_FINGER``. A mirrored palm
+            (``FLAG_MIRRORED``) or a derivative that is not exact (``FLAG_NO_DERIVATIVE``) leave it True.
         converged: ``(*batch,)`` bool: LM stopped because no further step could lower the cost
             (``SolverConfig.tolerance``), rather than at the iteration limit or stalled.
         iterations: ``(*batch,)`` int32, LM iterations the frame ran (accepted or not).
