@@ -54,27 +54,35 @@ def test_default_calibration_values(right):
     q_closed[:4] = 0.75 * up[:4]
     for a, b, c in FINGERS.values():
         q_closed[[a, b, c]] = 0.9 * up[[a, b, c]]
-    np.testing.assert_allclose(np.asarray(cal.open), 0, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(cal.open)[:5], 0, atol=1e-7)
+    # thumb rotation opens at the relaxed thumb (CMC flexion and abduction at their lower limits), not flat
+    q_relaxed = np.zeros(20)
+    q_relaxed[:2] = np.asarray(right.lower, np.float64)[:2]
+    assert cal.open[5] == pytest.approx(reference_measures(q_relaxed)[5], rel=1e-6) and cal.open[5] < -0.1
     np.testing.assert_allclose(np.asarray(cal.closed), reference_measures(q_closed), rtol=1e-6)
     assert np.all(np.asarray(cal.closed) > np.asarray(cal.open) + 0.3)
 
 
 def test_named_poses(right, left):
     cmd = {n: np.asarray(wi.to_inspire(named_pose(n))) for n in ("open", "fist", "point", "victory", "thumbs_up")}
-    np.testing.assert_allclose(cmd["open"], 1.0, atol=1e-9)
+    cal = wi.default_calibration(right)
+    lo, hi = np.asarray(cal.open, np.float64), np.asarray(cal.closed, np.float64)
+    np.testing.assert_allclose(cmd["open"][:5], 1.0, atol=1e-9)
+    # the flat thumb lies past the relaxed one: thumb rotation partly closed
+    assert cmd["open"][ROT] == pytest.approx(hi[5] / (hi[5] - lo[5]), rel=1e-6) and 0.6 < cmd["open"][ROT] < 0.8
     np.testing.assert_allclose(cmd["fist"][:4], 0.0, atol=0.02)
     np.testing.assert_allclose(cmd["point"][[LITTLE, RING, MIDDLE]], 0.0, atol=0.02)
     assert cmd["point"][FORE] == pytest.approx(1.0)
     np.testing.assert_allclose(cmd["victory"][[LITTLE, RING]], 0.0, atol=0.02)
     np.testing.assert_allclose(cmd["victory"][[MIDDLE, FORE]], 1.0, atol=1e-9)
     np.testing.assert_allclose(cmd["thumbs_up"][:4], 0.0, atol=0.02)
-    np.testing.assert_allclose(cmd["thumbs_up"][[BEND, ROT]], 1.0, atol=1e-9)
+    assert cmd["thumbs_up"][BEND] == pytest.approx(1.0) and cmd["thumbs_up"][ROT] > cmd["open"][ROT]
     # the fist's thumb, from the formula: bend .2·.65 + .4·.9 + .4·.7 = .77 of .9164; rotation .2465 of .3338
-    cal = wi.default_calibration(right)
+    # above the relaxed thumb's -.1259
     m = reference_measures(named_pose("fist"))
-    want = 1 - m[4:] / np.asarray(cal.closed, np.float64)[4:]
+    want = (hi[4:] - m[4:]) / (hi[4:] - lo[4:])
     np.testing.assert_allclose(cmd["fist"][4:], want, atol=1e-6)
-    assert 0.1 < cmd["fist"][BEND] < 0.25 and 0.2 < cmd["fist"][ROT] < 0.35
+    assert 0.1 < cmd["fist"][BEND] < 0.25 and 0.15 < cmd["fist"][ROT] < 0.25
     for n in ("fist", "point", "victory"):  # the same thumb in all three: the same thumb command
         np.testing.assert_allclose(cmd[n][4:], cmd["fist"][4:], atol=1e-12)
     # left and right map the same anatomy to the same command
@@ -244,7 +252,7 @@ def test_rh56_scale():
     np.testing.assert_allclose(np.asarray(wi.from_rh56(wi.to_rh56(c))), [0, 1, 0.5, 0.123, 1, 0])
     cmds = np.asarray(wi.to_inspire(np.stack([named_pose("open"), named_pose("fist")])))
     rh = np.asarray(wi.to_rh56(cmds))
-    np.testing.assert_array_equal(rh[0], 1000)
+    np.testing.assert_array_equal(rh[0, :5], 1000)  # the flat thumb is past the relaxed one: rotation 726
     np.testing.assert_array_equal(rh[1, :4], 0)
     with pytest.raises(ValueError, match="6"):
         wi.to_rh56(np.zeros(5))
@@ -518,7 +526,7 @@ def test_cli_angles_to_stream(tmp_path, side, capsys):
     t = np.array([x["t"] for x in lines])
     np.testing.assert_allclose(t, np.arange(33) / 100)
     assert np.all(np.abs(np.diff(pos, axis=0)) <= 0.5 / 0.8 * np.diff(t)[:, None] + 2e-6)
-    np.testing.assert_allclose(pos[:3], 1.0)
+    np.testing.assert_allclose(pos[:3, :5], 1.0)  # the flat thumb is past the relaxed one: rotation 0.73
     assert pos[-1, 0] == pytest.approx(1 - 0.30 * 0.5 / 0.8, abs=2e-6)  # 0.3 s of closing at 0.625 per s
 
     np.save(tmp_path / "deg.npy", np.rad2deg(q))
@@ -573,7 +581,7 @@ def test_poses_solved_back_from_landmarks(side):
     names = ["open", "fist", "point", "victory", "thumbs_up"]
     c = dict(zip(names, _solved_commands(hand, names)))
     # motor order: little, ring, middle, fore, thumb bend, thumb rotation
-    assert np.all(c["open"] > 0.9)
+    assert np.all(c["open"][:5] > 0.9) and c["open"][5] > 0.6  # the flat thumb: rotation 0.73
     assert np.all(c["fist"][:4] < 0.1)
     assert c["point"][3] > 0.9 and np.all(c["point"][:3] < 0.1)
     assert np.all(c["victory"][2:4] > 0.9) and np.all(c["victory"][:2] < 0.1)
@@ -590,7 +598,7 @@ def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 2 and lines[0]["topic"] == "/inspire_hand/ctrl/right_hand"
     first = np.asarray(lines[0]["msg"]["position"])
-    assert np.all(first > 0.9)
+    assert np.all(first[:5] > 0.9) and first[5] > 0.6  # the flat thumb: rotation 0.73
 
 
 # ------------------------------------------------------------------------- data safety (issue case 9)
@@ -776,5 +784,5 @@ def test_default_hand_first_built_under_jit(monkeypatch):
     monkeypatch.setattr(wuji_jax.model, "_CACHE", {})
     wi._default_hand.cache_clear()
     c = jax.jit(lambda x: wi.to_inspire(x))(jnp.asarray(named_pose("open")))  # a new function: traced now
-    np.testing.assert_allclose(np.asarray(c), 1.0)
-    np.testing.assert_allclose(np.asarray(wi.to_inspire(named_pose("open"))), 1.0)
+    np.testing.assert_allclose(np.asarray(c)[:5], 1.0)
+    np.testing.assert_allclose(np.asarray(wi.to_inspire(named_pose("open"))), np.asarray(c), atol=1e-6)

@@ -28,9 +28,15 @@ fully open and fully closed; the command is the linear interpolation between the
 
     opening = clip((closed − measure) / (closed − open), 0, 1)
 
-:func:`default_calibration` uses the flat hand (all angles zero) as open and a typical full closure
-as closed (fingers at 90 % and thumb joints at 75 % of their upper limits: a relaxed full fist
-reaches about that). :func:`calibrate` fits one user's range from recorded reference poses.
+:func:`default_calibration` uses the flat hand (all angles zero) as open, but for thumb rotation a
+relaxed open thumb (its CMC flexion and abduction at their lower limits: where fitted open hands put
+it, below the flat hand's plane), and a typical full closure as closed (fingers at 90 % and thumb
+joints at 75 % of their upper limits: a relaxed full fist reaches about that). :func:`calibrate` fits
+one user's range from recorded reference poses.
+
+Task space (:func:`retarget`): the same six openings chosen so that the Inspire hand's fingertips
+make the human's grasp (pinches meet), with the joint map as a prior; it needs the Inspire URDF at
+run time (:func:`find_inspire_urdf`, :mod:`wuji_jax.retarget`).
 
 Decisions where seed 003 is unclear:
 
@@ -72,8 +78,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .filters import one_euro_step
-from .kinematics import coupled_angles
+from .kinematics import coupled_angles, forward_keypoints
 from .model import HandModel, load_hand
+from .retarget import (InspireHand, InspireModelNotFound, RetargetConfig, find_inspire_urdf, inspire_model_hint,
+                       load_inspire_hand, retarget_rows)
 
 __all__ = [
     "MOTOR_IDS",
@@ -87,6 +95,7 @@ __all__ = [
     "FINGER_WEIGHTS",
     "THUMB_BEND_WEIGHTS",
     "THUMB_ROTATION_WEIGHTS",
+    "RELAXED_THUMB_JOINTS",
     "InspireCalibration",
     "CommandStream",
     "closure_measures",
@@ -98,6 +107,14 @@ __all__ = [
     "calibration_from_dict",
     "to_inspire",
     "from_glove_angles",
+    "retarget",
+    "retarget_kernel",
+    "RetargetConfig",
+    "InspireHand",
+    "InspireModelNotFound",
+    "find_inspire_urdf",
+    "inspire_model_hint",
+    "load_inspire_hand",
     "to_rh56",
     "from_rh56",
     "ctrl_topic",
@@ -143,6 +160,9 @@ FINGER_WEIGHTS: tuple[float, float, float] = (0.4, 0.4, 0.2)
 THUMB_BEND_WEIGHTS: tuple[float, float, float] = (0.2, 0.4, 0.4)
 #: Closure weights ``(cmc_abd, coupled thumb_cmc_rot)`` of the thumb rotation channel.
 THUMB_ROTATION_WEIGHTS: tuple[float, float] = (0.5, 0.5)
+#: Joints at their lower limits in the relaxed open thumb, thumb rotation's open point in
+#: :func:`default_calibration` (the rest at zero).
+RELAXED_THUMB_JOINTS: tuple[str, ...] = ("thumb_cmc_flex", "thumb_cmc_abd")
 
 # Finger joint-name prefixes in motor order (little = pinky, fore = index).
 _FINGER_PREFIXES = ("pinky", "ring_finger", "middle_finger", "index_finger")
@@ -300,7 +320,12 @@ def _closure_jit(hand: HandModel, q: jax.Array) -> jax.Array:
 def default_calibration(
     hand: HandModel | None = None, *, finger_rom: float = 0.9, thumb_rom: float = 0.75
 ) -> InspireCalibration:
-    """Calibration from the joint limits: open = the flat hand, closed = a typical full closure.
+    """Calibration from the joint limits: open = the flat hand (thumb rotation: the relaxed thumb),
+    closed = a typical full closure.
+
+    Thumb rotation's open point is the measure of a relaxed open thumb, its CMC flexion and abduction
+    at their lower limits: a fitted open hand holds its thumb there, below the flat hand's plane, and
+    with the flat hand as open every such frame was clamped to fully open (a dead zone).
 
     The closed pose has every finger flexion joint (MCP flex, PIP, DIP) at ``finger_rom`` of its
     upper limit and every thumb joint (CMC flex and abduction, MCP, IP) at ``thumb_rom`` of its upper
@@ -327,8 +352,10 @@ def _default_calibration_kernel(hand: HandModel, finger_rom, thumb_rom) -> Inspi
     thumb = np.array([n.startswith("thumb_") for n in hand.joint_names])
     flex = np.array([not n.startswith("thumb_") and not n.endswith("_mcp_abd") for n in hand.joint_names])
     frac = jnp.where(thumb, thumb_rom, jnp.where(flex, finger_rom, 0.0)).astype(upper.dtype)
-    m = _closure_kernel(hand, jnp.stack([jnp.zeros_like(upper), frac * upper]))
-    return InspireCalibration(open=m[0], closed=m[1])
+    relaxed = np.array([n in RELAXED_THUMB_JOINTS for n in hand.joint_names])
+    m = _closure_kernel(hand, jnp.stack([jnp.zeros_like(upper), frac * upper,
+                                         jnp.where(relaxed, jnp.asarray(hand.lower), 0.0)]))
+    return InspireCalibration(open=m[0].at[5].set(m[2, 5]), closed=m[1])
 
 
 def check_calibration(calibration: InspireCalibration) -> InspireCalibration:
@@ -532,6 +559,73 @@ def from_glove_angles(
     if degrees:
         a = jnp.deg2rad(a)
     return to_inspire(a, calibration, hand)
+
+
+def _inspire(model) -> InspireHand:
+    if isinstance(model, InspireHand):
+        return model
+    if model is None or isinstance(model, (str, os.PathLike)):
+        return load_inspire_hand(model)
+    raise ValueError(f"model must be an InspireHand, a URDF path or None; got {type(model).__name__}")
+
+
+@functools.partial(jax.jit, static_argnames=("left",))
+def retarget_kernel(hand: HandModel, model: InspireHand, q: jax.Array, q0: jax.Array | None,
+                    calibration: InspireCalibration | None, config: RetargetConfig, left: bool = False) -> jax.Array:
+    """:func:`retarget` without its checks: ``q (*batch, 20)``, ``q0 (*batch, 6)`` or ``None`` →
+    ``(*batch, 6)``. Pure JAX (jit, vmap, grad)."""
+    batch = q.shape[:-1]
+    rows = q.reshape(-1, q.shape[-1])
+    kp = jnp.transpose(forward_keypoints(hand, rows), (2, 1, 0))  # (3, 21, B)
+    prior = to_inspire_kernel(hand, rows, calibration).T  # (6, B)
+    prev = None if q0 is None else jnp.clip(jnp.asarray(q0, q.dtype).reshape(-1, NUM_MOTORS).T, 0.0, 1.0)
+    out = retarget_rows(model, kp, prior, config, prev, left)
+    return out.T.reshape(batch + (NUM_MOTORS,))
+
+
+def retarget(angles, model: InspireHand | str | os.PathLike | None = None, *, q0=None,
+             config: RetargetConfig | None = None, calibration: InspireCalibration | None = None,
+             hand: HandModel | None = None) -> jax.Array:
+    """Inspire opening fractions by task-space retargeting: the robot's fingertips make the human's grasp.
+
+    The angles go through the hand's forward kinematics to keypoints (so glove-native angles work
+    too); the six openings are then chosen so that the Inspire hand's thumb → finger vectors and
+    wrist → tip directions match the human's (scaled by the two hands' sizes), a human pinch drives
+    the robot's pads to contact, and :func:`to_inspire` serves as a weak prior (finger curl stays
+    where the joint map puts it). Limits are kept by projection. See :mod:`wuji_jax.retarget.task_space`.
+
+    Batched over any leading axes; works under ``jit``, ``vmap`` and ``grad``; float32 on CPU and GPU.
+    Over a sequence pass the previous frame's command as ``q0``: it is one more start, and with
+    ``config.w_previous > 0`` a pull towards it.
+
+    Args:
+        angles: ``(*batch, 20)`` WG110v12 joint angles, radians, seed ID order.
+        model: the Inspire hand: an :class:`InspireHand`, a URDF path, or ``None`` for the copy inside
+            an installed ``dexi-rs`` (:func:`find_inspire_urdf`).
+        q0: ``(*batch, 6)`` previous openings (warm start), motor order.
+        config: weights and iterations (:class:`RetargetConfig`; default its defaults).
+        calibration: of the joint-map prior (default :func:`default_calibration`).
+        hand: the human model (default right; a left model's mirrored keypoints are handled).
+
+    Returns:
+        ``(*batch, 6)`` in ``[0, 1]``, motor order little, ring, middle, fore, thumb bend, thumb
+        rotation; 1.0 = fully open.
+
+    Raises:
+        InspireModelNotFound: no model given and none installed (one line: how to get one).
+        ValueError: wrong shapes, non-finite (concrete) angles, an invalid calibration.
+    """
+    hand = _hand(hand)
+    q = _check_angles(hand, angles)
+    robot = _inspire(model)
+    if calibration is not None:
+        calibration = check_calibration(calibration)
+    if q0 is not None:
+        q0 = jnp.asarray(q0, q.dtype)
+        if q0.shape != q.shape[:-1] + (NUM_MOTORS,):
+            raise ValueError(f"q0 must have shape {q.shape[:-1] + (NUM_MOTORS,)} (previous openings); "
+                             f"got {tuple(q0.shape)}")
+    return retarget_kernel(hand, robot, q, q0, calibration, config or RetargetConfig(), left=hand.side == "left")
 
 
 def _check_cmd(cmd, name: str = "cmd", *, batch: bool = True) -> np.ndarray:
