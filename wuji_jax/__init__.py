@@ -19,6 +19,8 @@ The map of the library (everything below is public):
 * io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``; lazy), both
               into ``recording``'s ``LandmarkRecording``
 * batch:      ``solve_dataset``: landmark files in, one resumable table of angles out (lazy)
+* live:       ``Live``: a camera, video or stream → Inspire commands frame by frame (``wuji-jax live``;
+              ``live_outputs``: JSON lines, ROS 2 bags, UDP; extras ``video``, ``live``; lazy)
 * ray_cluster: ``solve_dataset_ray``: the same table from a Ray cluster's workers (extra ``ray``)
 * cli:        the ``wuji-jax`` command line (``inspire_cli``: its ``inspire`` verb; ``cli_common``: what both use)
 * viz:        pictures (extra ``viz``; lazy)
@@ -41,7 +43,7 @@ _EXPORTS = {
     "pose_from_palm": "solver", "solve": "solver", "solve_optax": "solver",
 }
 _MODULES = ("geometry", "inspire", "landmarks")  # public modules in __all__
-_LAZY = ("viz", "io", "video", "batch", "viewer", "overlay")  # optional extras: matplotlib, mediapipe, pyarrow
+_LAZY = ("viz", "io", "video", "batch", "viewer", "overlay", "live")  # optional extras: matplotlib, mediapipe, pyarrow
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from . import geometry, inspire, landmarks  # noqa: F401
@@ -65,7 +67,7 @@ __all__ = [
     "check_landmarks", "detect_side", "HandModel", "load_hand", "load_urdf", "mirror_urdf", "urdf_path", "POSES",
     "named_pose", "FrameSolver", "solve_sequence", "IKResult", "SolverConfig", "landmark_loss", "neutral_angles",
     "pose_from_palm", "solve", "solve_optax", "__version__",
-]  # and, imported on first use: viz, io, video, batch, viewer, overlay
+]  # and, imported on first use: viz, io, video, batch, viewer, overlay, live
 
 
 def __getattr__(name):

@@ -701,6 +701,10 @@ from .warmup import add_warmup_command  # noqa: E402
 
 verb(add_warmup_command)
 
+from .live_cli import add_live_command  # noqa: E402
+
+verb(add_live_command)
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

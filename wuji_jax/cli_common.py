@@ -3,7 +3,7 @@ the program's name and the error that means a bad command line or input value.""
 
 from __future__ import annotations
 
-__all__ = ["PROG", "UsageError", "checked_output"]
+__all__ = ["PROG", "UsageError", "checked_output", "add_smoothing_options"]
 
 PROG = "wuji-jax"
 
@@ -28,3 +28,13 @@ def checked_output(out, inputs=(), formats=None, what: str = "", default: str | 
             raise UsageError(str(e)) from None
     check_output(out, inputs, option=option)
     return fmt
+
+
+def add_smoothing_options(parser, default: str = "none") -> None:
+    """The options of :func:`wuji_jax.inspire.smooth` / :class:`~wuji_jax.inspire.InspireStream`'s smoothing
+    (``--smooth``, ``--tau``, ``--min-cutoff``, ``--beta``), which the verbs that make Inspire commands share."""
+    parser.add_argument("--smooth", choices=("none", "exponential", "one_euro"), default=default,
+                        help=f"temporal smoothing before rate limiting (default {default})")
+    parser.add_argument("--tau", type=float, default=0.05, help="exponential smoothing time constant, s (default 0.05)")
+    parser.add_argument("--min-cutoff", type=float, default=1.0, help="one-euro cutoff at rest, Hz (default 1)")
+    parser.add_argument("--beta", type=float, default=0.5, help="one-euro speed coefficient (default 0.5)")

@@ -61,7 +61,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .cli_common import UsageError, checked_output
+from .cli_common import UsageError, add_smoothing_options, checked_output
 
 __all__ = ["add_inspire_command", "run_inspire", "main"]
 
@@ -125,11 +125,7 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--start-time", type=float, default=0.0, metavar="S",
                    help="seconds added to every timestamp (e.g. a ROS epoch time; default 0). Every "
                         "timestamp must fit a ROS stamp: 0 <= t < 2^31 s")
-    p.add_argument("--smooth", choices=("none", "exponential", "one_euro"), default="none",
-                   help="temporal smoothing before rate limiting (default none)")
-    p.add_argument("--tau", type=float, default=0.05, help="exponential smoothing time constant, s (default 0.05)")
-    p.add_argument("--min-cutoff", type=float, default=1.0, help="one-euro cutoff at rest, Hz (default 1)")
-    p.add_argument("--beta", type=float, default=0.5, help="one-euro speed coefficient (default 0.5)")
+    add_smoothing_options(p)
     cal = p.add_mutually_exclusive_group()
     cal.add_argument("--calibration", metavar="FILE.json",
                      help="calibration saved from wuji_jax.inspire.calibration_to_dict")
@@ -179,17 +175,12 @@ def _one_source(table, wanted: str | None, option: str = "--source"):
 def _accepted_flags(text: str) -> int:
     """The bit set of the flag names in ``--accept-flags`` (comma-separated); a usage error names an
     unknown one."""
-    from .solver.config import FLAG_NAMES
+    from .live import flag_bits
 
-    bits = {name: bit for bit, name in FLAG_NAMES.items()}
-    out = 0
-    for name in (n.strip() for n in text.split(",")):
-        if not name:
-            continue
-        if name not in bits:
-            raise UsageError(f"--accept-flags: unknown flag {name!r}; the solver's flags are {', '.join(bits)}")
-        out |= bits[name]
-    return out
+    try:
+        return flag_bits(text)
+    except ValueError as e:
+        raise UsageError(f"--accept-flags: {e}") from None
 
 
 def _flag_list(bits: int) -> list[str]:

