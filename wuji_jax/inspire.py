@@ -579,7 +579,8 @@ def retarget_kernel(hand: HandModel, model: InspireHand, q: jax.Array, q0: jax.A
     kp = jnp.transpose(forward_keypoints(hand, rows), (2, 1, 0))  # (3, 21, B)
     prior = to_inspire_kernel(hand, rows, calibration).T  # (6, B)
     prev = None if q0 is None else jnp.clip(jnp.asarray(q0, q.dtype).reshape(-1, NUM_MOTORS).T, 0.0, 1.0)
-    out = retarget_rows(model, kp, prior, config, prev, left)
+    kp_open = forward_keypoints(hand, jnp.zeros((1, q.shape[-1]), q.dtype))[0].T if config.open_anchor else None
+    out = retarget_rows(model, kp, prior, config, prev, left, kp_open)
     return out.T.reshape(batch + (NUM_MOTORS,))
 
 

@@ -70,6 +70,10 @@ class RetargetConfig:
         scale: robot / human length ratio for the thumb → finger vectors; ``0`` = the ratio of the
             two middle fingers' lengths (robot straight, human bones).
         damping: initial Levenberg–Marquardt damping (relative to the normal matrix's diagonal).
+        open_anchor: map the human's open-hand thumb → finger distances onto the robot's open-hand
+            ones (an open human hand then asks for the open robot thumb) instead of scaling them
+            (static; off by default: on the shared recording it lowered the thumb–index distance
+            correlation from 0.87 to 0.80).
     """
 
     iterations: int = dataclasses.field(default=6, metadata=dict(static=True))
@@ -85,6 +89,7 @@ class RetargetConfig:
     pinch_far: float = 0.5
     pad_radius: float = 0.004
     scale: float = 0.0
+    open_anchor: bool = dataclasses.field(default=False, metadata=dict(static=True))
     damping: float = 1e-3
 
 
@@ -181,10 +186,16 @@ def _arrow_solve(A, g):
 
 
 def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: RetargetConfig,
-                  previous: jax.Array | None = None, left: bool = False) -> jax.Array:
+                  previous: jax.Array | None = None, left: bool = False, kp_open: jax.Array | None = None
+                  ) -> jax.Array:
     """The retargeting kernel, components first: ``kp (3, 21, B)`` human keypoints (metres, wrist
-    frame of the human model), ``prior (6, B)`` joint-map openings, ``previous (6, B)`` or ``None``
-    → ``(6, B)`` openings in ``[0, 1]``, motor order. Pure JAX; see the module docstring."""
+    frame of the human model), ``prior (6, B)`` joint-map openings, ``previous (6, B)`` or ``None``,
+    ``kp_open (3, 21)`` the human model's open flat hand or ``None`` → ``(6, B)`` openings in
+    ``[0, 1]``, motor order. Pure JAX; see the module docstring.
+
+    With ``kp_open`` the thumb → finger target lengths above the pinch map the human's open-hand
+    distances onto the robot's open-hand distances (linearly from contact at ``pinch_near``), so
+    that an open human hand asks for the open robot hand; without it they are the human's scaled."""
     dtype = kp.dtype
     cfg = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), config)
     hand = hand.astype(dtype)
@@ -194,11 +205,20 @@ def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: Re
     scale = jnp.where(cfg.scale > 0, cfg.scale, length_r / length)  # (B,)
     contact = 2 * cfg.pad_radius
     g = _smoothstep((dist / length[None] - cfg.pinch_near) / jnp.maximum(cfg.pinch_far - cfg.pinch_near, 1e-6))
-    target_len = (1 - g) * contact + g * jnp.maximum(scale[None] * dist, contact)  # (4, B)
+    carriers, offsets = pad_points(hand, cfg.pad_radius)
+    if kp_open is None:
+        far = scale[None] * dist
+    else:  # contact at pinch_near, the robot's open gap at the human's open gap, linear between
+        _, _, d_open, l_open = human_targets(kp_open[..., None], left)
+        pads = chain_points(hand, openings_to_angles_T(hand, jnp.ones((6, 1), dtype)), carriers, offsets)
+        r_open = jnp.sqrt(geo.dot(pads[:, 1:] - pads[:, :1], pads[:, 1:] - pads[:, :1]))  # (4, 1)
+        n_open = d_open / l_open[None]
+        t = (dist / length[None] - cfg.pinch_near) / jnp.maximum(n_open - cfg.pinch_near, 1e-3)
+        far = contact + t * (r_open - contact)
+    target_len = (1 - g) * contact + g * jnp.maximum(far, contact)  # (4, B)
     target = (e_thumb * target_len[None])[:, :, None]  # (3, 4, 1, B)
     w_pair = jnp.sqrt(cfg.w_vector + cfg.w_pinch * (1 - g))[:, None]  # (4, 1, B)
     dirs = dirs[:, :, None]  # (3, 5, 1, B)
-    carriers, offsets = pad_points(hand, cfg.pad_radius)
     w_dir = jnp.sqrt(cfg.w_direction)
     w_prior = [cfg.w_prior_finger] * 4 + [cfg.w_prior_thumb] * 2
     R = Rr.reshape(3, 3, 1, 1)
