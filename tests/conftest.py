@@ -58,6 +58,7 @@ _LONGEST_FIRST = ("ray", "batch", "solver", "notebooks", "kinematics", "gradient
 
 
 def pytest_collection_modifyitems(config, items):
+    _mark_slow(items)
     rank = {f"test_{name}.py": i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0].rsplit("/", 1)[-1], len(rank)))
 
@@ -65,3 +66,50 @@ def pytest_collection_modifyitems(config, items):
 def pytest_unconfigure(config):
     if _OWN_CACHE and not hasattr(config, "workerinput"):
         shutil.rmtree(os.environ["WUJI_JAX_TEST_XLA_CACHE"], ignore_errors=True)
+
+
+# The fast lane (pytest -m "not slow", <= 60 s on 2 cores) leaves out what compiles whole solver programs
+# or runs whole processes: these files entirely, and these tests (each several seconds in a suite run).
+_SLOW_FILES = {"test_devices.py", "test_gradients.py", "test_live.py", "test_notebooks.py", "test_overlay.py", "test_ray.py", "test_readme.py", "test_realtime.py", "test_retarget.py", "test_sequence_calibration.py"}
+_SLOW_TESTS = {
+    "test_batch.py::test_console_script_skips_the_teardown_after_solve_and_loses_nothing",
+    "test_batch.py::test_outputs_readable_with_expected_columns",
+    "test_batch.py::test_sharded_over_four_host_devices_matches_one",
+    "test_cache.py::test_cli_caches_by_default_and_obeys_its_options",
+    "test_cache.py::test_cli_no_cache",
+    "test_cache.py::test_cli_unusable_folder_is_a_one_line_warning",
+    "test_cache.py::test_explicit_path_beats_the_environment",
+    "test_cache.py::test_no_cache_in_a_fresh_process",
+    "test_cache.py::test_programs_are_written_then_read_back",
+    "test_cache.py::test_traced_programs_are_kept_and_read_back_without_tracing",
+    "test_chain.py::test_cli_invalid_frames_sources_and_sides",
+    "test_cli_pose.py::test_python_m_list",
+    "test_core.py::test_fk_jacobian_matches_jacfwd",
+    "test_core.py::test_landmark_loss_gradient_of_a_large_batch_matches_single_frames",
+    "test_core.py::test_landmark_loss_is_the_lm_cost_at_the_solution",
+    "test_core.py::test_non_finite_fits_are_flagged_not_reported_valid",
+    "test_core.py::test_the_lm_loop_holds_the_only_keypoint_and_jacobian_evaluation",
+    "test_inspire.py::test_clamped_batched_jitted_and_dtype",
+    "test_inspire.py::test_cli_solves_landmarks_on_the_way",
+    "test_inspire.py::test_poses_solved_back_from_landmarks",
+    "test_kinematics.py::test_gradient_through_model_leaves",
+    "test_kinematics.py::test_jacobians_three_ways",
+    "test_kinematics.py::test_large_batch_gradients_match_single_frames",
+    "test_output_rule.py::test_sigint_while_compiling_exits_130_and_the_rerun_finishes",
+    "test_solver.py::test_batch_size_invariance",
+    "test_solver.py::test_fist_frames_converge_in_two_iterations",
+    "test_solver.py::test_optax_solves_the_same_problem",
+    "test_solver.py::test_soft_coupling_follows_the_law_on_exact_data",
+    "test_solver.py::test_solve_inside_jit_then_eager_same_answer",
+    "test_video.py::test_mediapipe_native_logs_are_silenced",
+    "test_viewer.py::test_browser_right_select_and_pose",
+    "test_viz.py::test_draw_hand_compiles_one_program",
+}
+
+
+def _mark_slow(items):
+    for item in items:
+        path, _, name = item.nodeid.partition("::")
+        file = path.rsplit("/", 1)[-1]
+        if file in _SLOW_FILES or f"{file}::{name.split('[')[0]}" in _SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
