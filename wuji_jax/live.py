@@ -58,7 +58,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Frame", "LiveCommand", "LiveStats", "JointMap", "RetargetMap", "Live", "command_map", "flag_bits",
+__all__ = ["Frame", "LiveCommand", "LiveStats", "JointMap", "RetargetMap", "Live", "command_map", "compile_programs",
+           "flag_bits",
            "open_capture", "STAGES", "ON_LOST"]
 
 #: The timed stages, in pipeline order (``total``: from a frame's arrival to its command published;
@@ -329,6 +330,11 @@ class JointMap:
         """The last command sent, ``(6,)`` opening fractions, or None before the first."""
         return self._stream.command
 
+    @property
+    def raw(self) -> np.ndarray | None:
+        """The last command before smoothing and the rate limit, ``(6,)``, or None before the first."""
+        return self._stream.raw_command
+
     def push(self, result, stamp: float) -> dict[str, Any]:
         """The ctrl message of one fitted frame (``result``: an :class:`~wuji_jax.IKResult` of one frame,
         numpy fields), stamped ``stamp`` seconds (not before the previous push)."""
@@ -389,6 +395,7 @@ class RetargetMap:
         self._state: tuple | None = None  # (raw, y, dy, out) float32 (6,) each
         self._t: float | None = None
         self.command: np.ndarray | None = None  #: the last command sent, (6,) opening fractions
+        self.raw: np.ndarray | None = None  #: the last command before smoothing and the rate limit
 
     def _build(self):
         import jax
@@ -451,6 +458,7 @@ class RetargetMap:
         self._state = (flat[:6], flat[6:12], flat[12:18], flat[18:])
         self._t = stamp
         self.command = flat[18:].astype(np.float64)
+        self.raw = flat[:6].astype(np.float64)  # before smoothing and the rate limit
         return ctrl_message(self.command, self.side, stamp, self.frame_id, names=self.names)
 
     def push(self, result, stamp: float) -> dict[str, Any]:
@@ -493,6 +501,26 @@ def command_map(side: str, method: str = "auto", **stream):
     return JointMap(side, **stream), f"{why}: using the joint map (wuji_jax.inspire.to_inspire)"
 
 
+def compile_programs(sides: Sequence[str] = ("right", "left"), method: str = "auto") -> str:
+    """Compile (into the compilation cache, where it is on) what :class:`Live` compiles before its first
+    frame at its default settings: the FrameSolver and each side's command map. For ``wuji-jax warmup``;
+    returns the command map's name."""
+    import inspect
+
+    from .model import load_hand
+    from .realtime import FrameSolver
+
+    keys = ("speed_ratio", "smoothing", "tau", "min_cutoff", "beta", "names", "frame_id")
+    stream = {k: p.default for k, p in inspect.signature(Live).parameters.items() if k in keys}
+    FrameSolver(load_hand("right")).compile(q0=True)
+    name = ""
+    for side in sides:
+        cmap = command_map(side, method, **stream)[0]
+        cmap.compile()
+        name = cmap.name
+    return name
+
+
 # ------------------------------------------------------------------------------------------------
 # Results
 # ------------------------------------------------------------------------------------------------
@@ -514,6 +542,8 @@ class LiveCommand:
             :func:`wuji_jax.inspire.ctrl_message` (``sensor_msgs/msg/JointState`` as a dict).
         kind: ``"fit"`` (from this frame's fit), ``"hold"`` (the last command again: no hand) or ``"open"``
             (no hand: opening at the rate limit).
+        raw: ``(6,)`` the command map's output for this frame before smoothing and the rate limit (a
+            ``"fit"`` command), else None.
         result: the frame's :class:`~wuji_jax.IKResult` (numpy, no batch axis), or None without a hand.
             For a left hand: the right model's fit of the mirrored landmarks, with ``keypoints`` mirrored
             back into the landmarks' frame (``rotation`` and ``translation`` stay the mirrored fit's).
@@ -530,6 +560,7 @@ class LiveCommand:
     rh56: np.ndarray
     message: dict
     kind: str
+    raw: np.ndarray | None = None
     result: Any = None
     world: np.ndarray | None = None
     image_landmarks: np.ndarray | None = None
@@ -835,8 +866,9 @@ class Live:
         from .inspire import to_rh56
 
         command = np.asarray(message["msg"]["position"], np.float64)
+        raw = None if res is None else np.asarray(self._map.raw, np.float64)
         cmd = LiveCommand(frame.index, frame.t, stamp, self.side, command, np.asarray(to_rh56(command)), message,
-                          kind, res, world, image_lm, frame)
+                          kind, raw, res, world, image_lm, frame)
         p0 = self._published = time.perf_counter()
         for out in self.outputs:
             out.write(cmd)

@@ -9,7 +9,9 @@ the default settings, in float32:
 * :class:`wuji_jax.FrameSolver`'s kernels (with and without ``q0``);
 * the derivative of :func:`wuji_jax.solve` as eager ``jax.grad`` runs it (its forward and
   transposed programs, which any loss on the solved angles shares), at 8 frames;
-* ``wuji-jax solve``'s program for a small job (the bundled sample, written to a temporary folder).
+* ``wuji-jax solve``'s program for a small job (the bundled sample, written to a temporary folder);
+* ``wuji-jax live``'s command maps at its default settings, both sides (:func:`wuji_jax.live.compile_programs`;
+  the task-space retarget's where an Inspire model is found).
 
 Each step is timed; a step whose programs are already in the cache takes well under a second.
 """
@@ -56,10 +58,16 @@ def _job() -> None:
         solve_dataset(str(sample_landmarks_path()), f"{tmp}/sample.parquet", side="auto", plot=False, progress=False)
 
 
-def warmup(gradient: bool = True, job: bool = True, out=None) -> list[tuple[str, float]]:
+def _live() -> None:
+    from .live import compile_programs
+
+    compile_programs()
+
+
+def warmup(gradient: bool = True, job: bool = True, out=None, live: bool = True) -> list[tuple[str, float]]:
     """Compile the default programs (module docstring); returns ``(step, seconds)`` pairs and prints a
-    line per step to ``out`` (default: stderr). ``gradient=False`` / ``job=False`` leave out the
-    derivative's programs / ``wuji-jax solve``'s. Turn the compilation cache on first
+    line per step to ``out`` (default: stderr). ``gradient=False`` / ``job=False`` / ``live=False`` leave out
+    the derivative's programs / ``wuji-jax solve``'s / ``wuji-jax live``'s. Turn the compilation cache on first
     (:func:`wuji_jax.enable_compilation_cache`; the ``wuji-jax warmup`` command does), or the programs
     last only as long as this process."""
     import numpy as np
@@ -76,6 +84,8 @@ def warmup(gradient: bool = True, job: bool = True, out=None) -> list[tuple[str,
         steps = [s for s in steps if not s[0].startswith("derivative")]
     if job:
         steps.append(("wuji-jax solve, the bundled sample", _job))
+    if live:
+        steps.append(("wuji-jax live, the command maps", _live))
     done = []
     for i, (name, step) in enumerate(steps, 1):
         t0 = time.perf_counter()
@@ -92,11 +102,13 @@ def add_warmup_command(sub) -> None:
         "warmup",
         help="compile the default programs into the compilation cache",
         description="Compile wuji_jax's default programs (solve at the standard batch sizes, FrameSolver, "
-        "the derivative of solve, the `wuji-jax solve` job) into the persistent compilation cache, so that "
+        "the derivative of solve, the `wuji-jax solve` job, `wuji-jax live`'s command maps) into the persistent "
+        "compilation cache, so that "
         "later processes read them instead of compiling. Prints each step's time and the cache folder.",
     )
     p.add_argument("--no-gradient", action="store_true", help="leave out the derivative's programs")
     p.add_argument("--no-job", action="store_true", help="leave out the `wuji-jax solve` job's programs")
+    p.add_argument("--no-live", action="store_true", help="leave out `wuji-jax live`'s command maps")
     p.set_defaults(run=_run_warmup)
 
 
@@ -108,7 +120,7 @@ def _run_warmup(args) -> int:
         print("wuji-jax: warning: the compilation cache is off (--no-cache or WUJI_JAX_NO_CACHE): the programs "
               "are compiled, but not kept for later processes", file=sys.stderr)
     t0 = time.perf_counter()
-    steps = warmup(gradient=not args.no_gradient, job=not args.no_job)
+    steps = warmup(gradient=not args.no_gradient, job=not args.no_job, live=not args.no_live)
     total = time.perf_counter() - t0
     print(f"compiled {len(steps)} steps in {total:.1f} s; cache: {folder or 'off'}")
     return 0
