@@ -148,11 +148,16 @@ class FrameSolver:
         on = jax.sharding.SingleDeviceSharding(self.device)
         specs = [jax.ShapeDtypeStruct(shape, dtype, sharding=on)
                  for shape in [(21, 3)] + [(21,)] * has_weights + [(hand.num_joints,)] * has_q0]
-        if self._layout is None:
+        if self._layout is None:  # the fields' shapes and dtypes are known without tracing the solver
+            n, m = hand.num_joints, len(hand.mimic_sources)
+            shapes = dict(angles=(n,), coupled=(m,), rotation=(3, 3), translation=(3,), keypoints=(21, 3), errors=(21,))
+            kinds = dict(valid=np.dtype(bool), converged=np.dtype(bool), iterations=np.dtype(np.int32),
+                         flags=np.dtype(np.int32))
             layout, at = [], 0
-            for s in jax.eval_shape(fields, *specs):
-                size = int(np.prod(s.shape[1:], dtype=int))
-                layout.append((slice(at, at + size), s.shape[1:], None if s.dtype == dtype else np.dtype(s.dtype)))
+            for name in IKResult._fields:
+                shape = shapes.get(name, ())
+                size = int(np.prod(shape, dtype=int))
+                layout.append((slice(at, at + size), shape, kinds.get(name)))
                 at += size
             self._layout = layout
         # the model and settings are constants of this program: they name it in the compilation cache
