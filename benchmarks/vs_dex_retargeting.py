@@ -104,15 +104,16 @@ def dexret_frame(landmarks: np.ndarray) -> np.ndarray:
     return np.einsum("tkj,tji->tki", lm, np.stack([np.cross(y, z), y, z], -1))
 
 
-def run_dexret(landmarks: np.ndarray, urdf_dir: Path, alpha: float):
-    """dex-retargeting, frame by frame: ``(openings (T, 6), per-frame seconds, setup seconds, info)``."""
+def run_dexret(landmarks: np.ndarray, urdf_dir: Path, alpha: float, kind: str = "vector"):
+    """dex-retargeting, frame by frame: ``(openings (T, 6), per-frame seconds, setup seconds, info)``;
+    ``kind``: its retargeting type for the Inspire hand (``"vector"`` or ``"dexpilot"``)."""
     from dex_retargeting.constants import HandType, RetargetingType, RobotName, get_default_config_path
     from dex_retargeting.retargeting_config import RetargetingConfig
 
     logging.getLogger("dex_retargeting.yourdfpy").setLevel(logging.ERROR)  # mesh files are not needed
     t0 = time.perf_counter()
     RetargetingConfig.set_default_urdf_dir(str(urdf_dir))
-    config_path = get_default_config_path(RobotName.inspire, RetargetingType.vector, HandType.right)
+    config_path = get_default_config_path(RobotName.inspire, getattr(RetargetingType, kind), HandType.right)
     retargeting = RetargetingConfig.load_from_file(config_path, override={"low_pass_alpha": alpha}).build()
     setup = time.perf_counter() - t0
     origin, task = retargeting.optimizer.target_link_human_indices
@@ -130,7 +131,7 @@ def run_dexret(landmarks: np.ndarray, urdf_dir: Path, alpha: float):
     idx = [robot.get_joint_index(n) for n in DEXRET_JOINTS]
     lo, hi = robot.joint_limits[idx].T
     openings = np.clip((hi - np.asarray(qpos)[:, idx]) / (hi - lo), 0.0, 1.0)
-    info = dict(config=os.path.basename(str(config_path)), type="vector", low_pass_alpha=alpha,
+    info = dict(config=os.path.basename(str(config_path)), type=kind, low_pass_alpha=alpha,
                 urdf=str(urdf_dir / INSPIRE_URDF), joints=list(DEXRET_JOINTS),
                 joint_ranges_rad=[[float(a), float(b)] for a, b in zip(lo, hi)])
     return openings, np.asarray(times), setup, info
