@@ -12,6 +12,8 @@ The map of the library (everything below is public):
 * sequence / calibration: ``solve_sequence``, ``calibrate``
 * realtime:   ``FrameSolver``: one frame at a time with the least overhead (live streams; numpy out)
 * inspire:    ``wj.inspire.to_inspire`` and ROS-shaped payloads (seed 003)
+* retarget:   the Inspire hand read from its URDF at run time, and the task-space retarget behind
+              ``wj.inspire.retarget`` (``RetargetConfig``)
 * poses:      ``named_pose``, ``POSES``
 * cache:      ``enable_compilation_cache``: JAX's persistent compilation cache in one call
 * programs:   the one policy for the solver's programs: padded sizes, devices, compile options

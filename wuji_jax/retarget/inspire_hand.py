@@ -231,12 +231,15 @@ def inspire_link_frames(hand: InspireHand, openings):
     return forward_kinematics(hand.model, openings_to_angles(hand, openings))
 
 
-def _link_angles(hand: InspireHand, qT: jax.Array) -> list:
-    """Angle of each link's joint (``None`` for fixed) from active angles ``qT (6, *rest)``."""
+def _link_angles(hand: InspireHand, qT: jax.Array, only=None) -> list:
+    """Angle of each link's joint (``None`` for fixed, and for links not in ``only`` when given) from
+    active angles ``qT (6, *rest)``."""
     m = hand.model
     out = []
     for i, kind in enumerate(m.kinds):
-        if kind == ACTIVE:
+        if only is not None and i not in only:
+            out.append(None)
+        elif kind == ACTIVE:
             out.append(qT[m.q_index[i]])
         elif kind == MIMIC:
             row = m.mimic_index[i]
@@ -265,7 +268,7 @@ def chain_points(hand: InspireHand, qT: jax.Array, links, offsets=None) -> jax.A
         ``(3, len(links), *rest)`` metres.
     """
     m = hand.model
-    angles = _link_angles(hand, qT)
+    angles = _link_angles(hand, qT, {i for link in links for i in _chain(m, link)})
     rest = qT.shape[1:]
     dtype = qT.dtype
     pts = []

@@ -234,20 +234,20 @@ def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: Re
     if previous is not None:
         anchor.append((previous[:, None], [cfg.w_previous] * 6))
 
-    def tip(k, o, m):  # tip k's pad centre in the palm frame and its derivative along motor m
-        def f(o):
-            p = chain_points(hand, openings_to_angles_T(hand, o), (carriers[k],), offsets[k:k + 1])[:, 0]
+    def tip(k, o, motors):  # tip k's pad centre in the palm frame and its derivatives along its motors
+        def f(x):  # x: the tip's own motors (the others do not move it)
+            p = chain_points(hand, openings_to_angles_T(hand, o.at[np.asarray(motors)].set(x)), (carriers[k],),
+                             offsets[k:k + 1])[:, 0]
             return geo.matvec(R, p - wrist_r.reshape(3, 1, 1))
-        t = jnp.zeros_like(o).at[m].set(1)
-        return jax.jvp(f, (o,), (t,))
+        x = o[np.asarray(motors)]
+        p, along = jax.linearize(f, x)  # the point once, then one tangent per motor
+        return p, {m: along(jnp.zeros_like(x).at[j].set(1)) for j, m in enumerate(motors)}
 
     def linearise(o):
         """Normal equations at ``o``: ``({(i, j): A_ij}, [g_i], cost)``, each ``(S, B)``."""
         pts, cols = [], []
         for k, motors in enumerate(_TIP_MOTORS):
-            ds = {}
-            for m in motors:
-                p, ds[m] = tip(k, o, m)
+            p, ds = tip(k, o, motors)
             pts.append(p)
             cols.append(ds)
         blocks = []  # (residual (3, S, B), {motor: column (3, S, B)})
