@@ -646,3 +646,49 @@ def test_parquet_writer_builds_its_columns_without_pandas(tmp_path):
     x = t.column("x").to_pylist()
     assert x[0] == 0.5 and np.isnan(x[1]) and x[2:] == [2.0, 1.0] and t.column("x").null_count == 0
     assert t.column("flags").to_pylist() == [0, 4, 1, 2]
+
+
+# ------------------------------------------------------------------------- the Inspire command map
+
+
+def test_command_map_in_summary_and_identity(tmp_path, world, monkeypatch):
+    """The summary and the run's identity say which map made the inspire_* columns (and which URDF, by
+    content): the joint map by default and where "auto" finds no model (with a note), the retarget,
+    computed in the solver's program, where one is found."""
+    import hashlib
+    import importlib.util
+
+    import jax
+
+    from wuji_jax import inspire as wi
+    from wuji_jax.solver import SolverConfig
+
+    src = _npy(tmp_path / "tiny.npy", world[:20])
+    s = batch.solve_dataset(src, tmp_path / "j.npz", **FAST)
+    assert (s["command_map"], s["command_map_note"], s["inspire_urdf"]) == ("joint_map", None, None)
+    assert batch.solve_dataset(src, tmp_path / "n.npz", inspire=False, **FAST)["command_map"] is None
+    with pytest.raises(ValueError, match="command_map"):
+        batch.solve_dataset(src, tmp_path / "x.npz", command_map="vector", **FAST)
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "dexi_rs" else real(n, *a))
+    s = batch.solve_dataset(src, tmp_path / "a.npz", command_map="auto", **FAST)
+    assert s["command_map"] == "joint_map" and 'wuji-jax[inspire]' in s["command_map_note"]
+    with pytest.raises(wi.InspireModelNotFound):
+        batch.solve_dataset(src, tmp_path / "r.npz", command_map="retarget", **FAST)
+    monkeypatch.undo()
+
+    urdf = wi.find_inspire_urdf()
+    if urdf is None:
+        pytest.skip("dexi-rs (with the Inspire URDF) is not installed")
+    s = batch.solve_dataset(src, tmp_path / "r.npz", command_map="auto", **FAST)
+    assert s["command_map"] == "retarget" and s["inspire_urdf"] == {"right": str(urdf.resolve())}
+    got = wj.io.read_results(tmp_path / "r.npz")
+    q = np.stack([np.asarray(got[j], np.float32) for j in wj.load_hand("right").joint_names], 1)
+    cols = np.stack([np.asarray(got[f"inspire_{m}"]) for m in wi.MOTOR_NAMES], 1)
+    np.testing.assert_allclose(cols, np.asarray(wi.retarget(q, urdf)), atol=1e-2)  # float32 LM, another program
+
+    args = ([src], 64, "right", SolverConfig(), True, True, None, np.float32, jax.devices(), 64, None)
+    joint, retarget = store.run_identity(*args), store.run_identity(*args, {"right": urdf})
+    assert joint["command_map"] == "joint_map" and retarget["command_map"] == "retarget"
+    assert retarget["inspire_urdf"]["right"]["sha256"] == hashlib.sha256(urdf.read_bytes()).hexdigest()

@@ -26,7 +26,7 @@ from wuji_jax.cli import main  # noqa: E402
 from wuji_jax.tables import read_angles, read_landmarks  # noqa: E402
 
 FORMATS = ("parquet", "npz", "csv")
-SOLVE_OPTS = ["--chunk-size", "64", "--iterations", "5", "--quiet", "--no-plot"]
+SOLVE_OPTS = ["--chunk-size", "64", "--iterations", "5", "--quiet", "--no-plot", "--command-map", "joint_map"]
 N_FRAMES = 30
 ATOL = 1e-12  # angles: read exactly (float32 columns widened)
 CMD_ATOL = 1e-6  # commands: the streams write 6 decimals
@@ -99,7 +99,7 @@ def test_solve_inspire_view_pose(fmt, landmarks30, tmp_path, capsys, draws, righ
 
     # inspire: 2 s between frames, so rate limiting changes nothing: commands = to_inspire(angles)
     cmd = tmp_path / "cmd.jsonl"
-    assert main(["inspire", "--angles", str(out), "-o", str(cmd), "--fps", "0.5"]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(out), "-o", str(cmd), "--fps", "0.5"]) == 0
     lines = _jsonl(cmd)
     assert len(lines) == N_FRAMES and all(x["topic"] == "/inspire_hand/ctrl/right_hand" for x in lines)
     pos = np.array([x["msg"]["position"] for x in lines])
@@ -110,7 +110,7 @@ def test_solve_inspire_view_pose(fmt, landmarks30, tmp_path, capsys, draws, righ
 
     # ... and with the default 30 fps and rate limit, as CSV
     cmd_csv = tmp_path / "cmd.csv"
-    assert main(["inspire", "--angles", str(out), "-o", str(cmd_csv)]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(out), "-o", str(cmd_csv)]) == 0
     rows = cmd_csv.read_text().splitlines()
     assert len(rows) == N_FRAMES + 1
     tt = np.arange(N_FRAMES) / 30.0
@@ -142,7 +142,7 @@ def test_solve_inspire_view_pose(fmt, landmarks30, tmp_path, capsys, draws, righ
     assert main(["pose", "--angles-file", str(out), "--frame", "30", "-o", str(png)]) == 2
     assert "0 to 29" in _one_line_error(capsys)
     # a solve table is radians
-    assert main(["inspire", "--angles", str(out), "--degrees", "-o", str(tmp_path / "d.jsonl")]) == 2
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(out), "--degrees", "-o", str(tmp_path / "d.jsonl")]) == 2
     assert "drop --degrees" in _one_line_error(capsys)
 
 
@@ -151,7 +151,7 @@ def test_inspire_landmarks_bundled_sample(tmp_path, right):
     sample = sample_landmarks_path()
     rec = wio.load_landmarks(sample)
     out = tmp_path / "sample.jsonl"
-    assert main(["inspire", "--landmarks", str(sample), "-o", str(out)]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--landmarks", str(sample), "-o", str(out)]) == 0
     lines = _jsonl(out)
     assert len(lines) == len(rec)
     t = np.array([x["t"] for x in lines])
@@ -284,11 +284,11 @@ def test_cli_invalid_frames_sources_and_sides(tmp_path, capsys, draws, right):
     table, q = _solve_like(right, valid=[True, True, False, True, True, True])
     path = wio.write_results(tmp_path / "t.parquet", table)
     out = tmp_path / "c.jsonl"
-    assert main(["inspire", "--angles", str(path), "-o", str(out)]) == 2
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out)]) == 2
     msg = _one_line_error(capsys)
     assert f"{path}: frame 2 is marked invalid by the solver (flags: bad_scale)" in msg and "--skip-invalid" in msg
     assert not out.exists()
-    assert main(["inspire", "--angles", str(path), "-o", str(out), "--skip-invalid", "--speed-ratio", "1"]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out), "--skip-invalid", "--speed-ratio", "1"]) == 0
     assert "left out 1 frame(s)" in capsys.readouterr().err
     lines = _jsonl(out)
     np.testing.assert_allclose([x["t"] for x in lines], [0.0, 0.1, 0.3, 0.4, 0.5])  # the file's times
@@ -300,28 +300,28 @@ def test_cli_invalid_frames_sources_and_sides(tmp_path, capsys, draws, right):
     # no times in the table: --skip-invalid keeps each frame's place (i / fps)
     table, _ = _solve_like(right, valid=[True, True, False, True, True, True], times=False)
     path = wio.write_results(tmp_path / "nt.npz", table)
-    assert main(["inspire", "--angles", str(path), "-o", str(out), "--skip-invalid", "--fps", "10"]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out), "--skip-invalid", "--fps", "10"]) == 0
     np.testing.assert_allclose([x["t"] for x in _jsonl(out)], [0.0, 0.1, 0.3, 0.4, 0.5])
 
     # two recordings: --source chooses one (by full name, file name or stem)
     table, q = _solve_like(right, sources=("takes/a.npy", "takes/b.npy"))
     path = wio.write_results(tmp_path / "two.csv", table)
     capsys.readouterr()
-    assert main(["inspire", "--angles", str(path), "-o", str(out)]) == 2
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out)]) == 2
     msg = _one_line_error(capsys)
     assert "2 recordings (takes/a.npy, takes/b.npy)" in msg and "--source" in msg
-    assert main(["inspire", "--angles", str(path), "-o", str(out), "--source", "b", "--fps", "0.5"]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out), "--source", "b", "--fps", "0.5"]) == 0
     pos = np.array([x["msg"]["position"] for x in _jsonl(out)])
     np.testing.assert_allclose(pos, np.asarray(wi.to_inspire(q[3:], hand=right)), rtol=0, atol=CMD_ATOL)
     capsys.readouterr()
-    assert main(["inspire", "--angles", str(path), "-o", str(out), "--source", "c"]) == 2
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out), "--source", "c"]) == 2
     assert "matches none" in _one_line_error(capsys)
 
     # the side column chooses the hand; an explicit --side wins, with a note
     left = wj.load_hand("left")
     table, q = _solve_like(left, sides=["left"] * 6)
     path = wio.write_results(tmp_path / "left.npz", table)
-    assert main(["inspire", "--angles", str(path), "-o", str(out)]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out)]) == 0
     assert _jsonl(out)[0]["topic"] == "/inspire_hand/ctrl/left_hand"
     assert main(["view", str(path), "-o", str(tmp_path / "l.html")]) == 0
     assert _embedded((tmp_path / "l.html").read_text(encoding="utf-8"))["side"] == "left"
@@ -329,7 +329,7 @@ def test_cli_invalid_frames_sources_and_sides(tmp_path, capsys, draws, right):
     assert draws[-1][0].side == "left"
     np.testing.assert_allclose(draws[-1][1], q[2], rtol=0, atol=ATOL)
     capsys.readouterr()
-    assert main(["inspire", "--angles", str(path), "-o", str(out), "--side", "right"]) == 0
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(path), "-o", str(out), "--side", "right"]) == 0
     assert "left-hand frames; using them as right-hand angles" in capsys.readouterr().err
     assert _jsonl(out)[0]["topic"] == "/inspire_hand/ctrl/right_hand"
     # both hands in one table and no --side: one line
@@ -343,6 +343,6 @@ def test_cli_invalid_frames_sources_and_sides(tmp_path, capsys, draws, right):
 def test_cli_landmark_file_given_as_angles(tmp_path, capsys):
     """The old confusion, now an error that says what to do."""
     sample = sample_landmarks_path()
-    assert main(["inspire", "--angles", str(sample), "-o", str(tmp_path / "x.jsonl")]) == 2
+    assert main(["inspire", "--command-map", "joint_map", "--angles", str(sample), "-o", str(tmp_path / "x.jsonl")]) == 2
     msg = _one_line_error(capsys)
     assert msg.startswith(f"wuji-jax: error: {sample}: ") and "inspire --landmarks" in msg

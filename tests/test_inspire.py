@@ -517,7 +517,7 @@ def test_cli_angles_to_stream(tmp_path, side, capsys):
     q = np.stack([named_pose("open")] * 3 + [named_pose("fist")] * 30)
     np.savez(tmp_path / "take.npz", angles=q, timestamps=np.arange(33) / 100)
     out = tmp_path / "take.jsonl"
-    rc = inspire_cli.main(["inspire", "--angles", str(tmp_path / "take.npz"), "--side", side, "-o", str(out),
+    rc = inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", str(tmp_path / "take.npz"), "--side", side, "-o", str(out),
                            "--speed-ratio", "0.5", "--smooth", "exponential"])
     assert rc == 0
     lines = [json.loads(s) for s in out.read_text().splitlines()]
@@ -530,7 +530,7 @@ def test_cli_angles_to_stream(tmp_path, side, capsys):
     assert pos[-1, 0] == pytest.approx(1 - 0.30 * 0.5 / 0.8, abs=2e-6)  # 0.3 s of closing at 0.625 per s
 
     np.save(tmp_path / "deg.npy", np.rad2deg(q))
-    rc = inspire_cli.main(["inspire", "--angles", str(tmp_path / "deg.npy"), "--degrees", "--fps", "10",
+    rc = inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", str(tmp_path / "deg.npy"), "--degrees", "--fps", "10",
                            "--format", "csv", "--side", side])
     assert rc == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
@@ -546,7 +546,7 @@ def test_cli_reference_calibration_and_errors(tmp_path, capsys):
     np.save(tmp_path / "open.npy", user_open)
     np.save(tmp_path / "fist.npy", np.stack([user_fist] * 5))
     np.save(tmp_path / "take.npy", np.stack([user_open, user_fist]))
-    rc = inspire_cli.main(["inspire", "--angles", str(tmp_path / "take.npy"), "--fps", "0.5", "--names", "words",
+    rc = inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", str(tmp_path / "take.npy"), "--fps", "0.5", "--names", "words",
                            "--reference", f"open={tmp_path / 'open.npy'}", "--reference",
                            f"fist={tmp_path / 'fist.npy'}"])
     assert rc == 0
@@ -556,9 +556,9 @@ def test_cli_reference_calibration_and_errors(tmp_path, capsys):
     np.testing.assert_allclose(lines[1]["msg"]["position"], 0.0, atol=1e-6)  # 2 s apart: no rate limit
     np.save(tmp_path / "bad.npy", np.zeros((4, 19)))
     with pytest.raises(ValueError, match=r"\(T, 20\)"):
-        inspire_cli.main(["inspire", "--angles", str(tmp_path / "bad.npy")])
+        inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", str(tmp_path / "bad.npy")])
     with pytest.raises(ValueError, match="speed-ratio"):
-        inspire_cli.main(["inspire", "--angles", str(tmp_path / "take.npy"), "--speed-ratio", "3"])
+        inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", str(tmp_path / "take.npy"), "--speed-ratio", "3"])
 
 
 def _solved_commands(hand, pose_names, seed=0):
@@ -594,7 +594,7 @@ def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
     q = np.stack([named_pose("open"), named_pose("fist")])
     np.save(tmp_path / "lm.npy", np.asarray(wj.forward_keypoints(right, jnp.asarray(q))))
     out = tmp_path / "cmd.jsonl"
-    assert inspire_cli.main(["inspire", "--landmarks", str(tmp_path / "lm.npy"), "-o", str(out)]) == 0
+    assert inspire_cli.main(["inspire", "--command-map", "joint_map", "--landmarks", str(tmp_path / "lm.npy"), "-o", str(out)]) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 2 and lines[0]["topic"] == "/inspire_hand/ctrl/right_hand"
     first = np.asarray(lines[0]["msg"]["position"])
@@ -648,7 +648,7 @@ def test_cli_refuses_angles_far_outside_joint_limits(tmp_path, right):
     out = tmp_path / "ok.jsonl"
     from wuji_jax import inspire_cli
 
-    assert inspire_cli.main(["inspire", "--angles", str(tmp_path / "ok.npy"), "-o", str(out)]) == 0
+    assert inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", str(tmp_path / "ok.npy"), "-o", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 6
 
     far = q.copy()
@@ -713,7 +713,7 @@ def test_cli_timestamps_fit_ros_stamps(tmp_path, capsys):
 
     # at the edge: stamps fit, nanosec in [0, 1e9)
     capsys.readouterr()
-    assert inspire_cli.main(["inspire", "--angles", take, "--start-time", str(2**31 - 3 + 0.9999999999),
+    assert inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", take, "--start-time", str(2**31 - 3 + 0.9999999999),
                              "--fps", "2"]) == 0
     stamps = [json.loads(s)["msg"]["header"]["stamp"] for s in capsys.readouterr().out.splitlines()]
     assert stamps == [{"sec": 2**31 - 2, "nanosec": 0}, {"sec": 2**31 - 2, "nanosec": 500_000_000},
@@ -786,3 +786,37 @@ def test_default_hand_first_built_under_jit(monkeypatch):
     c = jax.jit(lambda x: wi.to_inspire(x))(jnp.asarray(named_pose("open")))  # a new function: traced now
     np.testing.assert_allclose(np.asarray(c)[:5], 1.0)
     np.testing.assert_allclose(np.asarray(wi.to_inspire(named_pose("open"))), np.asarray(c), atol=1e-6)
+
+
+def test_cli_command_map(tmp_path, capsys, monkeypatch):
+    """``inspire`` uses the retarget where a model is found, else the joint map with a one-line note."""
+    import importlib.util
+
+    from wuji_jax import inspire_cli
+
+    q = np.stack([named_pose(n) for n in ("open", "fist", "pinch", "point")]).astype(np.float32)
+    np.save(tmp_path / "take.npy", q)
+    out = tmp_path / "c.jsonl"
+    argv = ["inspire", "--angles", str(tmp_path / "take.npy"), "-o", str(out), "--fps", "0.5"]
+
+    def positions():
+        return np.array([json.loads(x)["msg"]["position"] for x in out.read_text().splitlines()])
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "dexi_rs" else real(n, *a))
+    assert inspire_cli.main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    notes = [x for x in err if x.startswith("note: ")]
+    assert len(notes) == 1 and 'wuji-jax[inspire]' in notes[0] and "joint map" in notes[0], err
+    assert "joint_map" in err[-1]
+    np.testing.assert_allclose(positions(), np.asarray(wi.to_inspire(q)), atol=1e-6)
+    with pytest.raises(ValueError, match="--command-map retarget"):
+        inspire_cli.main(argv + ["--command-map", "retarget"])
+    monkeypatch.undo()
+
+    if wi.find_inspire_urdf() is None:
+        pytest.skip("dexi-rs (with the Inspire URDF) is not installed")
+    assert inspire_cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "note:" not in err and "retarget" in err
+    np.testing.assert_allclose(positions(), np.asarray(wi.retarget(q)), atol=5e-3)  # float32 LM: rounding

@@ -258,6 +258,8 @@ def solve_dataset(
     plot: bool = True,
     keep_parts: bool = False,
     max_frames: int | None = wio.MAX_FRAMES,
+    command_map: str = "joint_map",
+    inspire_urdf: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Solve every frame of one or several landmark files into one table (see the module docstring).
 
@@ -284,6 +286,14 @@ def solve_dataset(
         fps: frame rate for files without timestamps (else their timestamps are NaN).
         plot: draw the angles and residual over time (skipped with a note without matplotlib).
         keep_parts: keep ``<out>.parts/`` after writing ``out``.
+        command_map: how the Inspire channels are made from the angles: ``"joint_map"``
+            (:func:`wuji_jax.inspire.to_inspire`, the default), ``"retarget"``
+            (:func:`wuji_jax.inspire.retarget`, computed in the solver's program; an
+            :class:`~wuji_jax.inspire.InspireModelNotFound` without a model), or ``"auto"``: the retarget
+            where an Inspire model is found, else the joint map (the summary's ``command_map_note`` says
+            why).
+        inspire_urdf: the Inspire URDF for the retarget (default: the copies inside an installed
+            ``dexi-rs``, one per side).
         max_frames: the most frames one file may hold (:data:`wuji_jax.io.MAX_FRAMES`, ten million,
             by default; ``None``: no limit): a file declaring more is that file's error, so that a
             tiny hostile file cannot start unbounded work.
@@ -294,7 +304,9 @@ def solve_dataset(
         ``residual_mm_mean`` / ``residual_mm_median`` (over valid frames), ``frames_per_second``
         (frames solved by this call / wall time, compilation included), ``wall_seconds``,
         ``solved_frames``, ``resumed_frames``, ``files``, ``errors``, ``notes``, ``devices``,
-        ``output``, ``plot``, ``summary``.
+        ``output``, ``plot``, ``summary``; ``command_map`` (``"retarget"``, ``"joint_map"``, or None
+        without the Inspire channels), ``command_map_note`` and ``inspire_urdf`` (``{side: path}`` of the
+        retarget's models, else None).
 
     Raises:
         ValueError: bad arguments, or (``on_error="raise"``) a bad file — one line naming it.
@@ -340,16 +352,38 @@ def solve_dataset(
     if batch_size is None:
         batch_size = default_batch(chunk_size, devices[0].platform, nd, most)
     batch_size = -(-max(int(batch_size), 1) // nd) * nd
+    retarget, map_note = _inspire_models(inspire, command_map, inspire_urdf, side)
     out.parent.mkdir(parents=True, exist_ok=True)
     with OutputLock(out), DeferredInterrupt() as stop:
-        return _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
-                             batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total,
-                             quick_job(most), stop)
+        summary = _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
+                                batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total,
+                                quick_job(most), stop, retarget, map_note)
+    return summary
+
+
+def _inspire_models(inspire: bool, method: str, urdf, side: str) -> tuple[dict | None, str | None]:
+    """``({side: Inspire URDF}, None)`` where the run's Inspire channels come from the retarget, else
+    ``(None, note)`` (``note``: why ``"auto"`` fell back to the joint map, or None)."""
+    from .inspire import COMMAND_MAPS, choose_command_map
+
+    if method not in ("auto",) + COMMAND_MAPS:
+        raise ValueError(f"command_map must be 'auto', 'joint_map' or 'retarget'; got {method!r}")
+    if not inspire:
+        return None, None
+    sides = ("right", "left") if side == "auto" else (side,)
+    found = {}
+    for s in sides:
+        chosen, path, note = choose_command_map(method, urdf, s)
+        if chosen != "retarget":
+            return None, note
+        found[s] = path
+    return found, None
 
 
 def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
                   check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total, quick,
-                  stop: DeferredInterrupt) -> dict[str, Any]:
+                  stop: DeferredInterrupt, retarget: dict | None = None, map_note: str | None = None
+                  ) -> dict[str, Any]:
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
     the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`quick_job`;
     ``stop``: Ctrl-C, raised between chunks, never while the solver compiles)."""
@@ -358,7 +392,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
     # (not a daemon, as Kernel.preload's thread: a job that fails at once waits for the imports at exit)
     imports = threading.Thread(target=import_writers, args=(plot, parquet), name="wuji_jax-import")
-    kernel = Kernel(config, devices, batch_size, dtype, quick=quick)
+    kernel = Kernel(config, devices, batch_size, dtype, quick=quick, retarget=retarget if inspire else None)
     if total and not (resume and Path(str(out) + ".parts").exists()):
         # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the
         # cache) while they are hashed and read
@@ -366,7 +400,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     elif plot or parquet:
         imports.start()
     identity = run_identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size,
-                         kernel.options)
+                            kernel.options, retarget)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     remove_stale_temporaries(out)
 
@@ -576,6 +610,8 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
         "iterations": int(config.iterations), "output": str(out),
         "plot": None if plot_path is None else str(plot_path),
         "summary": str(out.with_name(out.stem + "_summary.json")),
+        "command_map": identity["command_map"], "command_map_note": map_note,
+        "inspire_urdf": None if not (inspire and retarget) else {k: str(v) for k, v in retarget.items()},
     }
     atomic_json(Path(summary["summary"]), summary)
     if not keep_parts:

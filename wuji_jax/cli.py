@@ -443,6 +443,13 @@ def _solve_parser(sub) -> None:
     p.add_argument("--no-unit-check", action="store_true",
                    help="solve files whose landmarks do not look like metres (hand-sized, 5-40 cm) anyway")
     p.add_argument("--no-plot", action="store_true", help="do not draw the angles over time")
+    p.add_argument("--command-map", choices=("auto", "joint_map", "retarget"), default="auto",
+                   help="how the inspire_* columns are made from the angles: the task-space retarget "
+                        "(wuji_jax.inspire.retarget) where an Inspire model is found (auto, the default; a "
+                        "one-line note on stderr when none is), the joint map (wuji_jax.inspire.to_inspire), "
+                        "or the retarget only (an error without a model). The summary's command_map says which")
+    p.add_argument("--urdf", metavar="FILE", default=None,
+                   help="the Inspire hand URDF for the retarget (default: the copies inside an installed dexi-rs)")
     p.add_argument("--quiet", action="store_true", help="no progress line; print only where outputs went")
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="solve on a Ray cluster (pip install 'wuji-jax[ray]'; inputs readable at the same path "
@@ -497,16 +504,29 @@ def _run_solve(args) -> int:
         raise UsageError(f"--cpus-per-worker {args.cpus_per_worker}: "
                          + ("must be >= 1" if args.ray is not None else "only with --ray (a Ray cluster's workers)"))
     if getattr(args, "ray", None) is not None:  # on a Ray cluster
+        if args.command_map == "retarget" or args.urdf:
+            raise UsageError("--command-map retarget / --urdf: not with --ray (its workers use the joint map)")
+        if args.command_map == "auto":
+            print("note: --ray: the inspire_* columns come from the joint map (wuji_jax.inspire.to_inspire)",
+                  file=sys.stderr)
         return _run_solve_ray(args)
     out = _solve_output(args)
 
     from . import io as wio
     from .batch import solve_dataset
+    from .inspire import InspireModelNotFound
 
-    s = solve_dataset(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
-                      resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
-                      on_error=args.on_error, fps=args.fps, plot=not args.no_plot, check_units=not args.no_unit_check,
-                      max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames)
+    try:
+        s = solve_dataset(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
+                          resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
+                          on_error=args.on_error, fps=args.fps, plot=not args.no_plot,
+                          check_units=not args.no_unit_check,
+                          max_frames=wio.MAX_FRAMES if args.max_frames is None else args.max_frames,
+                          command_map=args.command_map, inspire_urdf=args.urdf)
+    except InspireModelNotFound as e:
+        raise UsageError(f"--command-map {args.command_map}: {e}") from None
+    if s["command_map_note"]:
+        print(f"note: {_one_line(s['command_map_note'])}", file=sys.stderr)
     return _report_solve(args, s, "", "compilation")
 
 

@@ -115,6 +115,8 @@ __all__ = [
     "find_inspire_urdf",
     "inspire_model_hint",
     "load_inspire_hand",
+    "COMMAND_MAPS",
+    "choose_command_map",
     "to_rh56",
     "from_rh56",
     "ctrl_topic",
@@ -627,6 +629,38 @@ def retarget(angles, model: InspireHand | str | os.PathLike | None = None, *, q0
             raise ValueError(f"q0 must have shape {q.shape[:-1] + (NUM_MOTORS,)} (previous openings); "
                              f"got {tuple(q0.shape)}")
     return retarget_kernel(hand, robot, q, q0, calibration, config or RetargetConfig(), left=hand.side == "left")
+
+
+#: The command maps a run can use: :func:`to_inspire` (``"joint_map"``) or :func:`retarget`.
+COMMAND_MAPS: tuple[str, ...] = ("joint_map", "retarget")
+
+
+def choose_command_map(method: str = "auto", urdf: str | os.PathLike | None = None,
+                       side: str = "right") -> tuple[str, Any, str | None]:
+    """The command map a run uses, the Inspire URDF behind it, and a one-line note on the choice.
+
+    Args:
+        method: ``"retarget"`` (an :class:`InspireModelNotFound` without a model), ``"joint_map"``, or
+            ``"auto"``: the retarget where :func:`find_inspire_urdf` finds a model, else the joint map.
+        urdf: an Inspire URDF path (default: the copy inside an installed ``dexi-rs``).
+        side: which ``dexi-rs`` copy to look for.
+
+    Returns:
+        ``(map, path, note)``: ``map`` one of :data:`COMMAND_MAPS`; ``path`` the URDF
+        (:class:`pathlib.Path`) for ``"retarget"``, else None; ``note`` a line saying why the joint map
+        was used where ``"auto"`` found no model, else None.
+    """
+    if method not in ("auto",) + COMMAND_MAPS:
+        raise ValueError(f"method must be 'auto', 'joint_map' or 'retarget'; got {method!r}")
+    if method == "joint_map":
+        return "joint_map", None, None
+    path = find_inspire_urdf(urdf, side)
+    if path is None:
+        why = f"Inspire URDF {str(urdf)!r} does not exist" if urdf is not None else inspire_model_hint()
+        if method == "retarget":
+            raise InspireModelNotFound(why)
+        return "joint_map", None, f"{why}; using the joint map (wuji_jax.inspire.to_inspire)"
+    return "retarget", path.resolve(), None
 
 
 def _check_cmd(cmd, name: str = "cmd", *, batch: bool = True) -> np.ndarray:

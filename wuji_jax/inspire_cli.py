@@ -132,6 +132,12 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
     cal.add_argument("--reference", action="append", metavar="NAME=FILE",
                      help="reference pose angles for calibration, NAME one of open, fist, thumb_opposed "
                           "(repeat; open and fist required; same units as --degrees)")
+    p.add_argument("--command-map", choices=("auto", "joint_map", "retarget"), default="auto",
+                   help="joint angles -> commands: the task-space retarget (wuji_jax.inspire.retarget) where an "
+                        "Inspire model is found (auto, the default; a one-line note when none is), the joint "
+                        "map (wuji_jax.inspire.to_inspire), or the retarget only (an error without a model)")
+    p.add_argument("--urdf", metavar="FILE", default=None,
+                   help="the Inspire hand URDF for the retarget (default: the copy inside an installed dexi-rs)")
     p.add_argument("--names", choices=("ids", "words"), default="ids",
                    help="JointState name[]: motor IDs '1'..'6' (default) or little, ring, ... thumb_rotation")
     p.add_argument("--frame-id", default="", help="header frame_id of the JSONL messages (default empty)")
@@ -461,7 +467,16 @@ def run_inspire(args) -> int:
     n = q.shape[0]
 
     cal = _calibration(args, hand, held)
-    cmd = np.asarray(inspire.to_inspire(q, cal, hand), np.float64)
+    try:
+        method, urdf, note = inspire.choose_command_map(args.command_map, args.urdf, side)
+    except (inspire.InspireModelNotFound, ValueError) as e:
+        raise UsageError(f"--command-map {args.command_map}: {e}") from None
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if method == "retarget":
+        cmd = np.asarray(inspire.retarget(q, urdf, calibration=cal, hand=hand), np.float64)
+    else:
+        cmd = np.asarray(inspire.to_inspire(q, cal, hand), np.float64)
     if args.smooth != "none":
         cmd, t = inspire.smooth(cmd, t, args.smooth, tau=args.tau, min_cutoff=args.min_cutoff, beta=args.beta)
     cmd, t = inspire.limit_rate(cmd, t, args.speed_ratio)
@@ -476,8 +491,8 @@ def run_inspire(args) -> int:
         by = ", ".join(f"{c} {k}" for k, c in held.items() if k != "frames")
         back = f"; held back {held['frames']} flagged or invalid frame(s) ({by})"
     if args.output != "-" or back:
-        print(f"wrote {n} {side}-hand commands ({fmt}) to {args.output if args.output != '-' else 'stdout'}{back}",
-              file=sys.stderr)
+        print(f"wrote {n} {side}-hand commands ({fmt}, {method}) to "
+              f"{args.output if args.output != '-' else 'stdout'}{back}", file=sys.stderr)
     return 0
 
 

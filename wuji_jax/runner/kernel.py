@@ -69,6 +69,49 @@ def _with_inspire(hand, out: dict) -> dict:
     return {**out, "inspire": to_inspire_kernel(hand, out["angles"], None)}
 
 
+def _solve_with_retarget(hand, landmarks, weights, q0, config, robot, chunk: int | None = None,
+                         left: bool = False) -> dict:
+    """:func:`wuji_jax.solver.solve_chunked` and the task-space Inspire commands of its angles
+    (:func:`wuji_jax.inspire.retarget_kernel`, default settings) in one program; ``robot`` the
+    :class:`~wuji_jax.inspire.InspireHand`, an argument (its values are not constants of the program);
+    ``left`` mirrors a left hand's keypoints for the robot (static: the kernel's hand has no side)."""
+    from ..inspire import RetargetConfig, retarget_kernel
+    from ..solver import solve_chunked
+
+    out = solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk)
+    return {**out, "inspire": retarget_kernel(hand, robot, out["angles"], None, None, RetargetConfig(), left=left)}
+
+
+def _solve_right_retarget(hand, landmarks, weights, q0, config, robot, chunk: int | None = None) -> dict:
+    """:func:`_solve_with_retarget` for a right hand (a function of its own: it names its program)."""
+    return _solve_with_retarget(hand, landmarks, weights, q0, config, robot, chunk, False)
+
+
+def _solve_left_retarget(hand, landmarks, weights, q0, config, robot, chunk: int | None = None) -> dict:
+    """:func:`_solve_with_retarget` for a left hand."""
+    return _solve_with_retarget(hand, landmarks, weights, q0, config, robot, chunk, True)
+
+
+def _split_with_robot(mesh, kernel):
+    """``kernel(hand, landmarks, weights, q0, config, robot, chunk=)`` with every device solving its own
+    rows, as :func:`wuji_jax.solver.split_kernel`, the robot replicated like the hand."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from ..geometry import summing
+    from ..solver import chunk_frames
+
+    rows = P(mesh.axis_names[0])
+    platform = mesh.devices.flat[0].platform
+
+    def per_device(*args):
+        with summing(platform):
+            return kernel(*args, chunk=chunk_frames(platform))
+
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P()), out_specs=rows,
+                                 check_vma=False))
+
+
 _PROGRAMS: dict[tuple, Any] = {}  # the dataset runner's compiled solver programs, per configuration (Kernel.program)
 
 
@@ -81,9 +124,14 @@ _MAKING_LOCK = threading.Lock()
 
 
 class Kernel:
-    """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``."""
+    """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``.
 
-    def __init__(self, config, devices, batch_size: int, dtype, quick: bool = False):
+    ``retarget``: ``{side: Inspire URDF path}``: the Inspire commands (``inspire=True``) by the task-space
+    retarget with the model read from that file, an argument of the program; None: by the joint map
+    (``to_inspire``)."""
+
+    def __init__(self, config, devices, batch_size: int, dtype, quick: bool = False,
+                 retarget: dict | None = None):
         import jax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -104,13 +152,16 @@ class Kernel:
             self.same = NamedSharding(mesh, PartitionSpec())
         self.cfg = self.put(config.as_arrays(self.dtype), self.same)
         self.ones = self.put(np.ones((batch_size, 21), self.dtype), self.rows)
+        self.retarget = dict(retarget) if retarget else None
+        self._robots: dict[str, Any] = {}
         self._hands: dict[str, tuple] = {}
         self._loading: tuple | None = None  # the thread making the program (preload) and its errors
 
     def _shape_key(self) -> tuple:
         """What the compiled program depends on besides the hand's values: rows, dtype, devices, the
         config's static fields and the compile options."""
-        return (self.batch, self.dtype.name, tuple(self.devices), self.config.static(), repr(self.options))
+        return (self.batch, self.dtype.name, tuple(self.devices), self.config.static(), repr(self.options),
+                None if self.retarget is None else tuple(sorted((k, str(v)) for k, v in self.retarget.items())))
 
     def first_use(self, side: str) -> bool:
         """Whether this process has not run the kernel for ``side`` at this shape yet (then the call
@@ -139,16 +190,33 @@ class Kernel:
                                  self.put(np.ascontiguousarray(q0), self.rows))
         return self._hands[side]
 
-    def kernel(self, inspire: bool):
+    def robot(self, side: str):
+        """The Inspire hand of ``side``'s URDF (``self.retarget``), placed as the hand is."""
+        if side not in self._robots:
+            from ..inspire import load_inspire_hand
+
+            robot = load_inspire_hand(self.retarget[side], side).astype(self.dtype)
+            self._robots[side] = self.put(robot, self.same)
+        return self._robots[side]
+
+    def _args(self, side: str, hand, xs, q0, inspire: bool) -> tuple:
+        args = (hand, xs, self.ones, q0, self.cfg)
+        return args + (self.robot(side),) if inspire and self.retarget else args
+
+    def kernel(self, inspire: bool, side: str = "right"):
         """The solver as :func:`wuji_jax.solve` runs it: on one device :func:`~wuji_jax.solver.solve_chunked`
         (chunks of ``CHUNK_FRAMES`` frames, each chunk's loop stopping on its own), on several the same
         per device (``shard_map``: every device solves its own rows, no communication). A frame's
         result does not depend on the frames solved beside it. (``jit`` of the plain rows over sharded
         inputs ran one loop over all devices' rows, waiting for the slowest frame of the batch:
         41.9k against 52.2k frames/s at batch 1024 on 2 CPU devices.) With ``inspire`` the Inspire
-        commands are computed in the same program (:func:`_solve_with_inspire`)."""
+        commands are computed in the same program (:func:`_solve_with_inspire`; with :attr:`retarget`,
+        :func:`_solve_with_retarget` of ``side``, the robot the sixth argument)."""
         from ..solver import solve_chunked, split_kernel
 
+        if inspire and self.retarget:
+            fn = _solve_left_retarget if side == "left" else _solve_right_retarget
+            return fn if self.rows is None else _split_with_robot(self.rows.mesh, fn)
         fn = _solve_with_inspire if inspire else solve_chunked
         if self.rows is None:
             return fn
@@ -165,11 +233,12 @@ class Kernel:
             first, second = split_kernel(mesh, kernel=first), split_kernel(mesh, kernel=second, extra=1)
         return staged_program(first, second, name, args, self.options, self.rows)
 
-    def program(self, inspire: bool, args: tuple, lowered_hook=None):
+    def program(self, inspire: bool, args: tuple, lowered_hook=None, side: str = "right"):
         """The compiled solver for arguments shaped like ``args`` (the batch's shapes never change: made
         once per process and configuration), compiled or read from the persistent compilation cache.
-        ``lowered_hook`` is called once its Python part (tracing, lowering) is done."""
-        key = (inspire,) + self._shape_key()
+        ``lowered_hook`` is called once its Python part (tracing, lowering) is done. ``side`` matters only
+        to the retarget (a left hand's keypoints are mirrored)."""
+        key = (inspire, side if inspire and self.retarget else None) + self._shape_key()
         program = _PROGRAMS.get(key)
         if program is None:
             with _MAKING_LOCK:
@@ -177,14 +246,23 @@ class Kernel:
             with making:  # made once per process, however many runs ask for it at the same time
                 program = _PROGRAMS.get(key)
                 if program is None:
-                    program = _PROGRAMS[key] = self._make(inspire, args, lowered_hook)
+                    program = _PROGRAMS[key] = self._make(inspire, args, lowered_hook, side)
                     return program
         if lowered_hook is not None:
             lowered_hook()
         return program
 
-    def _make(self, inspire: bool, args: tuple, lowered_hook):
-        """:meth:`program`'s compilation (or reading from the cache), done once per key."""
+    def _make(self, inspire: bool, args: tuple, lowered_hook, side: str = "right"):
+        """:meth:`program`'s compilation (or reading from the cache), done once per key. The retarget's
+        program is one program (with the quick options on a small job), not the solver's two stages:
+        their arguments have no place for the robot."""
+        if inspire and self.retarget:
+            name = f"solve_retarget_{side}"
+            lowered = cached_program(self.kernel(inspire, side), name, *args,
+                                     compiler_options=self.options).lower(*args)
+            if lowered_hook is not None:
+                lowered_hook()
+            return lowered.compile()
         name = "solve_inspire" if inspire else "solve_chunked"
         if self.options:  # a quick job: its two stages, each lowered and compiled in threads of their own
             if lowered_hook is not None:
@@ -207,14 +285,15 @@ class Kernel:
         differ in array values only), so the right hand's shapes stand for either."""
         if self._loading is not None:
             return
-        _, hand, q0 = self.hand("right")
+        side = "right" if not self.retarget or "right" in self.retarget else next(iter(self.retarget))
+        _, hand, q0 = self.hand(side)
         xs = self.put(np.zeros((self.batch, 21, 3), self.dtype), self.rows)
-        args = (hand, xs, self.ones, q0, self.cfg)
+        args = self._args(side, hand, xs, q0, inspire)
         errors: list = []
 
         def make():
             try:
-                self.program(inspire, args, lowered_hook)
+                self.program(inspire, args, lowered_hook, side)
             except BaseException as e:  # raised by dispatch, in the caller's thread
                 errors.append(e)
 
@@ -249,8 +328,8 @@ class Kernel:
         outs = []
         for s in range(0, padded, self.batch):
             xs = self.put(x[s:s + self.batch], self.rows)
-            args = (hand, xs, self.ones, q0, self.cfg)
-            outs.append(self.program(inspire, args)(*args))
+            args = self._args(side, hand, xs, q0, inspire)
+            outs.append(self.program(inspire, args, side=side)(*args))
         return outs
 
     def collect(self, outs: list, n: int) -> dict[str, np.ndarray]:

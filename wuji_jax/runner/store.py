@@ -78,11 +78,13 @@ def _content_hash(path: Path) -> str:
 
 def run_identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire: bool,
               check_units: bool, fps: float | None, dtype, devices: Sequence[Any], batch_size: int,
-              compile_options: dict | None = None) -> dict:
+              compile_options: dict | None = None, retarget: dict | None = None) -> dict:
     """What a resumed run must share with the interrupted one for its parts to be reused: every
     input's bytes (a full SHA-256, so an input rewritten in place with the same size and time is
     noticed), the settings, the device kind and count, the batch size and the compile options (all
-    three change float rounding)."""
+    three change float rounding), and the Inspire command map (``command_map``: ``"retarget"`` with
+    ``retarget``, ``{side: URDF path}``, each URDF's path and SHA-256; ``"joint_map"``; None without
+    the Inspire channels), so that a resume never mixes maps or models."""
     from .. import __version__
 
     inputs = []
@@ -104,6 +106,9 @@ def run_identity(files: Sequence[Any], chunk_size: int, side: str, config, inspi
                        "traced": {k: float(v) for k, v in config.numbers().items()}},
             "devices": [devices[0].platform, len(devices)], "batch_size": int(batch_size),
             "compile_options": sorted([k, repr(v)] for k, v in (compile_options or {}).items()),
+            "command_map": None if not inspire else ("retarget" if retarget else "joint_map"),
+            "inspire_urdf": None if not (inspire and retarget) else
+            {side: {"path": os.path.realpath(p), "sha256": _content_hash(Path(p))} for side, p in sorted(retarget.items())},
             "wuji_jax": __version__}
 
 
