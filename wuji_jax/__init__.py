@@ -28,6 +28,10 @@ The map of the library (everything below is public):
 
 from typing import TYPE_CHECKING
 
+from . import _aliases
+
+_aliases.install()  # the modules' old names (wuji_jax.io, wuji_jax.solver.api, ...) as the moved modules
+
 # public name → the module that defines it. Nothing is imported until a name is first used, so
 # ``import wuji_jax.io`` (and ``wuji-jax --version``) run without loading JAX.
 _EXPORTS = {
@@ -40,8 +44,9 @@ _EXPORTS = {
     "IKResult": "solver", "SolverConfig": "solver", "landmark_loss": "solver", "neutral_angles": "solver",
     "pose_from_palm": "solver", "solve": "solver", "solve_optax": "solver",
 }
-_MODULES = ("geometry", "inspire", "landmarks")  # public modules in __all__
-_LAZY = ("viz", "io", "video", "batch", "viewer", "overlay")  # optional extras: matplotlib, mediapipe, pyarrow
+_MODULES = {"geometry": "geometry", "inspire": "inspire", "landmarks": "landmarks"}  # public modules in __all__
+# optional extras (matplotlib, mediapipe, pyarrow): public modules imported on first use
+_LAZY = {"viz": "viz", "io": "io", "video": "video", "batch": "batch", "viewer": "viewer", "overlay": "overlay"}
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from . import geometry, inspire, landmarks  # noqa: F401
@@ -74,7 +79,9 @@ def __getattr__(name):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     elif name in _MODULES or name in _LAZY:
-        value = importlib.import_module(f".{name}", __name__)
+        value = importlib.import_module(f".{_MODULES.get(name) or _LAZY[name]}", __name__)
+    elif f"{__name__}.{name}" in _aliases.ALIASES:  # an old module name: wj.solver, wj.cache, ...
+        value = importlib.import_module(_aliases.ALIASES[f"{__name__}.{name}"])
     else:
         raise AttributeError(f"module 'wuji_jax' has no attribute {name!r}")
     globals()[name] = value  # later lookups are plain attribute reads

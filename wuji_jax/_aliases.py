@@ -1,0 +1,66 @@
+"""The modules' old names (``wuji_jax.io``, ``wuji_jax.solver.api``, ...), kept for users' scripts after
+the move into subpackages by floor (see :mod:`wuji_jax`).
+
+An old name is the moved module itself, not a copy: ``import wuji_jax.batch`` gives the module
+object that ``import wuji_jax.pipeline.batch`` gives, so that monkeypatching ``wuji_jax.batch.X``
+patches what the code calls. :class:`AliasFinder` (on ``sys.meta_path``, installed by
+``wuji_jax/__init__.py``) answers only the names in :data:`ALIASES` and the submodules of an aliased
+package; its loader imports the real module and puts it in ``sys.modules`` under the old name (the
+import system then returns that entry). Nothing is imported before an old name is asked for.
+
+The package's own code, tests and docs use the real names (``tests/test_packaging.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+# old name -> real name (a package alias covers its submodules: wuji_jax.solver.api -> wuji_jax.ik.api)
+ALIASES = {
+}
+
+
+def real_name(name: str) -> str | None:
+    """The real module behind an old ``name`` (a key of :data:`ALIASES` or a submodule of one), or
+    ``None`` where ``name`` is no old name."""
+    if name in ALIASES:
+        return ALIASES[name]
+    head, dot, tail = name.rpartition(".")
+    while dot:
+        if head in ALIASES:
+            return f"{ALIASES[head]}.{tail}"
+        head, dot, rest = head.rpartition(".")
+        tail = f"{rest}.{tail}"
+    return None
+
+
+class AliasLoader(importlib.abc.Loader):
+    """Loads an old name as the real module: the real module replaces the placeholder in ``sys.modules``."""
+
+    def create_module(self, spec):
+        return None  # the default placeholder module; exec_module swaps it for the real one
+
+    def exec_module(self, module):
+        sys.modules[module.__name__] = importlib.import_module(real_name(module.__name__))
+
+
+class AliasFinder(importlib.abc.MetaPathFinder):
+    """Finds the old names of moved modules (first on ``sys.meta_path``, so that an aliased package's
+    ``__path__`` never loads a second copy of a submodule)."""
+
+    _loader = AliasLoader()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith("wuji_jax.") or real_name(fullname) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self._loader)
+
+
+def install() -> None:
+    """Put one :class:`AliasFinder` first on ``sys.meta_path`` (again after a reload: no duplicate)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "AliasFinder"
+                        or type(f).__module__ != __name__]
+    sys.meta_path.insert(0, AliasFinder())
