@@ -163,7 +163,7 @@ def frame_solver():
 
 
 def split():
-    from wuji_jax.devices import split_over_devices
+    from wuji_jax.runtime.devices import split_over_devices
 
     q, y = synthetic(512, seed=3)  # >= SPLIT_MIN_FRAMES per device: jax.shard_map over the 2 devices
     assert split_over_devices(512) is not None

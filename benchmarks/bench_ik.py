@@ -97,7 +97,7 @@ def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, con
     as ``wj.solve`` places them: where it would split them over the local devices (``split``), its
     split kernel (:func:`split_kernel` for ``config``) is timed instead of ``solver``."""
     import wuji_jax as wj
-    from wuji_jax.devices import split_over_devices
+    from wuji_jax.runtime.devices import split_over_devices
 
     yb = np.resize(y, (batch,) + y.shape[1:])
     yb = yb.astype(np.float64 if yb.dtype == np.float64 and jax.config.jax_enable_x64 else np.float32)

@@ -834,7 +834,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.frames is None:
         args.frames = 100_000 if args.quick else 1_000_000
-    from wuji_jax.cache import enable_compilation_cache
+    from wuji_jax.runtime.cache import enable_compilation_cache
 
     enable_compilation_cache(str(Path(args.workdir).resolve() / "cache"))
     real = real_frames()

@@ -285,7 +285,7 @@ def test_changed_input_or_no_resume_starts_over(tmp_path, world, monkeypatch):
 
     # parts compiled with other options (another float rounding) are not reused: the options are in
     # the manifest's identity
-    from wuji_jax.cache import quick_compile_options
+    from wuji_jax.runtime.cache import quick_compile_options
 
     _kill_after(monkeypatch, 2)
     with pytest.raises(_Killed):

@@ -502,7 +502,7 @@ def test_fps_inf_is_a_usage_error(tmp_path, capsys):
 def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
     import jax
 
-    from wuji_jax.cache import enable_compilation_cache
+    from wuji_jax.runtime.cache import enable_compilation_cache
 
     monkeypatch.delenv("WUJI_JAX_NO_CACHE", raising=False)
     before = jax.config.jax_compilation_cache_dir

@@ -387,7 +387,7 @@ def test_batches_are_padded_by_at_most_one_chunk(right):
     """programs.padded_frames: powers of two below a chunk, multiples of the chunk above (never more
     than one chunk of padding); the padding does not change a frame's answer: 3 frames (padded to 4)
     give what the same frames give inside a batch of 64, and a single frame (no batch axis) too."""
-    from wuji_jax import programs
+    from wuji_jax.runtime import programs
 
     assert [programs.padded_frames(n, 128) for n in (0, 1, 2, 3, 5, 64, 65, 128, 129, 10_000)] == \
         [0, 1, 2, 4, 8, 64, 128, 128, 256, 10_112]

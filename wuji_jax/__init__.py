@@ -35,7 +35,7 @@ _aliases.install()  # the modules' old names (wuji_jax.io, wuji_jax.solver.api, 
 # public name → the module that defines it. Nothing is imported until a name is first used, so
 # ``import wuji_jax.io`` (and ``wuji-jax --version``) run without loading JAX.
 _EXPORTS = {
-    "enable_compilation_cache": "cache", "calibrate": "calibration", "use_cpu_cores": "devices",
+    "enable_compilation_cache": "runtime.cache", "calibrate": "calibration", "use_cpu_cores": "runtime.devices",
     "LinkFrames": "kinematics", "coupled_angles": "kinematics", "forward_keypoints": "kinematics",
     "forward_kinematics": "kinematics", "full_angles": "kinematics",
     "LANDMARK_NAMES": "landmarks", "check_landmarks": "landmarks", "detect_side": "landmarks",
@@ -50,9 +50,9 @@ _LAZY = {"viz": "viz", "io": "io", "video": "video", "batch": "batch", "viewer":
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from . import geometry, inspire, landmarks  # noqa: F401
-    from .cache import enable_compilation_cache  # noqa: F401
+    from .runtime.cache import enable_compilation_cache  # noqa: F401
     from .calibration import calibrate  # noqa: F401
-    from .devices import use_cpu_cores  # noqa: F401
+    from .runtime.devices import use_cpu_cores  # noqa: F401
     from .kinematics import LinkFrames, coupled_angles, forward_keypoints, forward_kinematics, full_angles  # noqa: F401
     from .landmarks import LANDMARK_NAMES, check_landmarks, detect_side  # noqa: F401
     from .model import HandModel, load_hand, load_urdf, mirror_urdf, urdf_path  # noqa: F401

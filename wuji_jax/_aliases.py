@@ -20,6 +20,9 @@ import sys
 
 # old name -> real name (a package alias covers its submodules: wuji_jax.solver.api -> wuji_jax.ik.api)
 ALIASES = {
+    "wuji_jax.programs": "wuji_jax.runtime.programs",
+    "wuji_jax.cache": "wuji_jax.runtime.cache",
+    "wuji_jax.devices": "wuji_jax.runtime.devices",
 }
 
 

@@ -162,7 +162,7 @@ def _start_jax(args) -> None:
     """JAX's settings for this run, before any JAX computation: the persistent compilation cache and
     one CPU device per core. ``main`` called from a running program whose JAX has started keeps that
     program's settings (an explicit ``--cache-dir`` still applies)."""
-    from .devices import jax_started
+    from .runtime.devices import jax_started
 
     if args.no_cache and args.cache_dir is not None:
         raise UsageError("give --cache-dir DIR or --no-cache, not both")
@@ -179,7 +179,7 @@ def _enable_cache(path: str | None) -> None:
     """:func:`wuji_jax.cache.enable_compilation_cache`, its warning (a folder it cannot use) as one line."""
     import warnings
 
-    from .cache import enable_compilation_cache
+    from .runtime.cache import enable_compilation_cache
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -196,7 +196,7 @@ def _use_all_cores() -> None:
     (``main`` called from a running program) or ``JAX_NUM_CPU_DEVICES`` chooses the count."""
     import os
 
-    from .devices import jax_started, use_cpu_cores
+    from .runtime.devices import jax_started, use_cpu_cores
 
     if not jax_started() and "JAX_NUM_CPU_DEVICES" not in os.environ:
         use_cpu_cores()

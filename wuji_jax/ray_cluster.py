@@ -141,7 +141,7 @@ class _BlockSolver:
     def __init__(self, *, settings: dict, cache: tuple | None, gpu: bool, crash_once: str | None = None):
         import jax
 
-        from .devices import jax_started
+        from .runtime.devices import jax_started
 
         k = 1 if gpu else int(settings["cpu_devices"])
         if not jax_started():
@@ -151,7 +151,7 @@ class _BlockSolver:
         jax.config.update("jax_enable_x64", settings["dtype"] == "float64")
         folder = None
         if cache is not None:
-            from .cache import ENV_OFF, enable_compilation_cache
+            from .runtime.cache import ENV_OFF, enable_compilation_cache
 
             where, explicit = cache
             if explicit:  # a folder named by the caller beats an inherited WUJI_JAX_NO_CACHE
@@ -334,7 +334,7 @@ def _blocks(counts: Sequence[int | None], block_size: int, max_frames: int | Non
 
 def _cache_setting(compilation_cache: Any) -> tuple | None:
     """``(folder or None, explicit)`` for the workers' compilation cache, or None for no cache."""
-    from .cache import compilation_cache_dir
+    from .runtime.cache import compilation_cache_dir
 
     if compilation_cache is False:
         return None

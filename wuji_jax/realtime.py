@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .cache import cached_program
-from .programs import compile_options
+from .runtime.cache import cached_program
+from .runtime.programs import compile_options
 from .landmarks import plainly_metres
 from .model import HandModel
 from .solver import IKResult, SolverConfig, check_solver_input

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .cache import cached_program
-from .programs import compile_options
+from .runtime.cache import cached_program
+from .runtime.programs import compile_options
 from .filters import one_euro
 from .landmarks import check_landmarks
 from .model import HandModel

@@ -31,7 +31,7 @@ def _steps(hand, frames) -> list[tuple[str, Callable[[], object]]]:
 
     import wuji_jax as wj
 
-    from .programs import STANDARD_SIZES
+    from .runtime.programs import STANDARD_SIZES
 
     steps = []
     for size in STANDARD_SIZES:
@@ -101,7 +101,7 @@ def add_warmup_command(sub) -> None:
 
 
 def _run_warmup(args) -> int:
-    from .cache import compilation_cache_dir
+    from .runtime.cache import compilation_cache_dir
 
     folder = compilation_cache_dir()
     if folder is None:

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import cached_program, quick_compile_options
+from ..runtime.cache import cached_program, quick_compile_options
 from ..geometry import matrix_to_quaternion
-from ..programs import QUICK_JOB_FRAMES  # the rule lives in wuji_jax.programs
+from ..runtime.programs import QUICK_JOB_FRAMES  # the rule lives in wuji_jax.programs
 
 __all__ = ["Kernel", "QUICK_JOB_FRAMES", "quick_job", "default_batch", "kernel_compile_options"]
 

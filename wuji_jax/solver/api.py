@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import geometry as geo
-from .. import programs
-from ..cache import array_sharding, cached_program, compile_side_by_side
+from ..runtime import programs
+from ..runtime.cache import array_sharding, cached_program, compile_side_by_side
 from ..chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
 from ..kinematics import FK_CHUNK_FRAMES, check_angles
 from ..landmarks import check_landmarks, detect_side
@@ -50,7 +50,7 @@ __all__ = ["solve", "solve_rows", "solve_chunked", "Start", "start_rows", "fit_r
            "check_solver_input", "check_start", "Q0_LIMIT_TOLERANCE", "pick_side", "solve_checked", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
            "chunk_frames"]
 
-from ..programs import ACCELERATOR_CHUNK_FRAMES, CHUNK_FRAMES, chunk_frames  # noqa: E402,F401 (re-exported)
+from ..runtime.programs import ACCELERATOR_CHUNK_FRAMES, CHUNK_FRAMES, chunk_frames  # noqa: E402,F401 (re-exported)
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 

@@ -177,7 +177,7 @@ def _source_digest() -> str:
     """SHA-256 of wuji_jax's own source files (a changed solver never reads an old program); once
     per process, as the installed jaxlib's version (:func:`_jaxlib_version`)."""
     h = hashlib.sha256()
-    root = Path(__file__).parent
+    root = Path(__file__).parent.parent  # wuji_jax/, every subpackage
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
