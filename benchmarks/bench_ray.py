@@ -183,7 +183,7 @@ def _max_diff(a: Path, b: Path) -> dict:
     as the CLI uses (the default on one machine), float rounding otherwise (one device per worker)."""
     import pyarrow.parquet as pq
 
-    from wuji_jax.model import load_hand
+    from wuji_jax.hand.model import load_hand
 
     cols = list(load_hand("right").joint_names)
     ta, tb = pq.read_table(a, columns=cols + ["valid"]), pq.read_table(b, columns=cols + ["valid"])

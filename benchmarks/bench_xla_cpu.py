@@ -2,7 +2,7 @@
 when a jaxlib no longer needs them).
 
 1. ``jnp.sum`` over a leading (non-minor) axis against the same sum written as adds of slices
-   (``wuji_jax.geometry.total``).
+   (``wuji_jax.hand.geometry.total``).
 2. A chain of dependent cheap steps (a Cholesky factorisation of 4 × 4 blocks, vectorised over
    frames): plain, each step's result forced through a reduction, and each divided by a runtime 1.0
    (``wuji_jax.solver.lm._stored``: XLA does not duplicate a division into its consumers).
@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from _util import time_fn  # noqa: E402
-from wuji_jax import geometry as geo  # noqa: E402
+from wuji_jax.hand import geometry as geo  # noqa: E402
 from wuji_jax.solver import lm  # noqa: E402
 
 

@@ -766,7 +766,7 @@ def sec_gpu(book: Results, detail: bool) -> str:
         chk = r.data.get("check_after_summing")
         if chk:
             out.append(f"A later check in a fresh process (commit {chk['commit']}: the solver's sums as XLA reductions "
-                       f"on accelerators, `wuji_jax.geometry.summing`): first `wj.solve` (621 frames) "
+                       f"on accelerators, `wuji_jax.hand.geometry.summing`): first `wj.solve` (621 frames) "
                        f"{secs(chk.get('first_solve_621_s'))} s; solver kernel {rate(chk.get('kernel_frames_per_s'))} "
                        f"frames/s, compiled in {secs(chk.get('kernel_compile_and_first_s'))} s; `wj.solve` + "
                        f"`to_inspire` on numpy {rate(chk.get('public_solve_inspire_frames_per_s'))} frames/s; residual "
@@ -1027,7 +1027,7 @@ def fig_overlay() -> list[dict]:
     import numpy as np
 
     import wuji_jax as wj
-    from wuji_jax.model import asset_path
+    from wuji_jax.hand.model import asset_path
     from wuji_jax.overlay import render_overlay
     from wuji_jax.video import extract_landmarks
 

@@ -176,7 +176,7 @@ def test_a_video_is_sized_by_its_stated_frame_count(tmp_path):
     the frames OpenCV decodes; a file that is no video gives none."""
     import cv2
 
-    from wuji_jax.model import asset_path
+    from wuji_jax.hand.model import asset_path
 
     video = asset_path("samples", "human_hand_video.mp4")
     cap = cv2.VideoCapture(str(video))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax.chains import chain_params, chains_of, coupled_rows, fk, fk_variables, link_angles
+from wuji_jax.hand.chains import chain_params, chains_of, coupled_rows, fk, fk_variables, link_angles
 from seed_table import LOWER, UPPER, reference_keypoints
 
 B = 48

@@ -17,7 +17,7 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import inspire as wi
-from wuji_jax.poses import named_pose
+from wuji_jax.hand.poses import named_pose
 
 FINGERS = {"little": (16, 18, 19), "ring": (12, 14, 15), "middle": (8, 10, 11), "fore": (4, 6, 7)}
 FLEXION = [0, 2, 3, 4, 6, 7, 8, 10, 11, 12, 14, 15, 16, 18, 19]  # every joint but the four finger abductions + thumb abd
@@ -771,9 +771,9 @@ def test_nan_angles_never_look_like_commands(right):
 def test_default_hand_first_built_under_jit(monkeypatch):
     # the cached default model must not be built (and cached) as tracers by a first call inside jit;
     # an empty model cache makes this the process's first load_hand
-    import wuji_jax.model
+    import wuji_jax.hand.model
 
-    monkeypatch.setattr(wuji_jax.model, "_CACHE", {})
+    monkeypatch.setattr(wuji_jax.hand.model, "_CACHE", {})
     wi._default_hand.cache_clear()
     c = jax.jit(lambda x: wi.to_inspire(x))(jnp.asarray(named_pose("open")))  # a new function: traced now
     np.testing.assert_allclose(np.asarray(c), 1.0)

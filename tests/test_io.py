@@ -205,7 +205,7 @@ def test_landmark_columns_named_as_mediapipe_names_them(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from wuji_jax.landmarks import LANDMARK_NAMES
+    from wuji_jax.hand.landmarks import LANDMARK_NAMES
 
     w = _hand(3)
     styles = [lambda n, i, a: f"{n}.{a}", lambda n, i, a: f"{n.lower()}_{a}",

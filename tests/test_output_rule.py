@@ -29,7 +29,7 @@ import wuji_jax as wj  # noqa: E402
 from wuji_jax import io as wio  # noqa: E402
 from wuji_jax import outputs  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
-from wuji_jax.poses import named_pose  # noqa: E402
+from wuji_jax.hand.poses import named_pose  # noqa: E402
 from wuji_jax.runner.store import OutputLock  # noqa: E402
 from wuji_jax.tables import read_angles  # noqa: E402
 

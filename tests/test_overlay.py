@@ -15,7 +15,7 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import overlay, video
-from wuji_jax.model import asset_path
+from wuji_jax.hand.model import asset_path
 
 N = 15  # frames of the sample video that are extracted, solved and rendered
 SAMPLE = asset_path("samples", "human_hand_video.mp4")

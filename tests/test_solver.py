@@ -300,7 +300,7 @@ def test_solve_inside_jit_then_eager_same_answer(right):
 
 def test_float32_sincos_matches_numpy():
     """The solver's own float32 sin/cos (polynomials instead of XLA's libm calls) against float64 numpy."""
-    from wuji_jax.geometry import sincos as _sincos
+    from wuji_jax.hand.geometry import sincos as _sincos
 
     x = np.concatenate([np.linspace(-3.5, 3.5, 70_001), [0.0, 1e-30, np.pi / 2, -np.pi, 7.0, -12.5]]).astype(np.float32)
     s, c = _sincos(jnp.asarray(x))
@@ -317,7 +317,7 @@ def test_float32_sincos_matches_numpy():
 def test_contract_and_products_match_einsum():
     """geometry.contract (sums of products of slices) against numpy's einsum, with broadcasting along
     summed and kept axes and ranks that differ; matmul/matvec/matTvec/dot (built on it) likewise."""
-    from wuji_jax import geometry as geo
+    from wuji_jax.hand import geometry as geo
 
     rng = np.random.default_rng(1)
     a = rng.normal(size=(4, 7, 1, 5, 6))
@@ -341,7 +341,7 @@ def test_take_matches_numpy_indexing():
     """geometry.take against numpy's fancy indexing: index arrays of one and two axes with runs,
     repeats, reversals and single entries, along leading, middle and negative axes; one of few runs
     as slices (no gather in the traced program), one of more than TAKE_MAX_RUNS runs as the gather."""
-    from wuji_jax import geometry as geo
+    from wuji_jax.hand import geometry as geo
 
     x = np.arange(7 * 5 * 4, dtype=np.float64).reshape(7, 5, 4)
     for idx, axis in [([3], 0), ([0, 1, 2, 6, 5, 5, 4], 0), ([[4, 0, 1], [2, 3, 3]], 1), (np.arange(4)[::-1], -1),
@@ -364,7 +364,7 @@ def test_take_matches_numpy_indexing():
 def test_float32_atan2_matches_numpy():
     """The solver's own float32 atan2 (one division + a polynomial) against float64 numpy: every
     quadrant, the axes, the origin, the reduction boundary |y| = tan(π/8)·|x| and wide magnitudes."""
-    from wuji_jax.geometry import atan2 as _atan2
+    from wuji_jax.hand.geometry import atan2 as _atan2
 
     rng = np.random.default_rng(0)
     n = 200_000
@@ -423,7 +423,7 @@ def test_sums_are_written_for_the_platform_compiled_for():
     """geometry.total/contract: adds of slices when traced for the CPU (XLA:CPU runs reductions over
     non-minor axes slowly), reductions for an accelerator (smaller programs there) and for REDUCE
     (the solver's derivative of small batches, on any device); equal values."""
-    from wuji_jax import geometry as geo
+    from wuji_jax.hand import geometry as geo
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(3, 4, 5)), rng.normal(size=(4, 1))

@@ -19,7 +19,7 @@ import matplotlib.image  # noqa: E402  (the test extra installs it)
 
 import wuji_jax as wj
 from wuji_jax.cli import main
-from wuji_jax.model import rpy_to_matrix
+from wuji_jax.hand.model import rpy_to_matrix
 from wuji_jax.viewer import _SCRIPT, viewer_data, write_viewer
 
 TOL = 1e-9  # metres: JS float64 FK against wuji_jax float64 FK (conftest enables x64)

@@ -36,27 +36,28 @@ _aliases.install()  # the modules' old names (wuji_jax.io, wuji_jax.solver.api, 
 # ``import wuji_jax.io`` (and ``wuji-jax --version``) run without loading JAX.
 _EXPORTS = {
     "enable_compilation_cache": "runtime.cache", "calibrate": "calibration", "use_cpu_cores": "runtime.devices",
-    "LinkFrames": "kinematics", "coupled_angles": "kinematics", "forward_keypoints": "kinematics",
-    "forward_kinematics": "kinematics", "full_angles": "kinematics",
-    "LANDMARK_NAMES": "landmarks", "check_landmarks": "landmarks", "detect_side": "landmarks",
-    "HandModel": "model", "load_hand": "model", "load_urdf": "model", "mirror_urdf": "model", "urdf_path": "model",
-    "POSES": "poses", "named_pose": "poses", "FrameSolver": "realtime", "solve_sequence": "sequence",
+    "LinkFrames": "hand.kinematics", "coupled_angles": "hand.kinematics", "forward_keypoints": "hand.kinematics",
+    "forward_kinematics": "hand.kinematics", "full_angles": "hand.kinematics",
+    "LANDMARK_NAMES": "hand.landmarks", "check_landmarks": "hand.landmarks", "detect_side": "hand.landmarks",
+    "HandModel": "hand.model", "load_hand": "hand.model", "load_urdf": "hand.model", "mirror_urdf": "hand.model", "urdf_path": "hand.model",
+    "POSES": "hand.poses", "named_pose": "hand.poses", "FrameSolver": "realtime", "solve_sequence": "sequence",
     "IKResult": "solver", "SolverConfig": "solver", "landmark_loss": "solver", "neutral_angles": "solver",
     "pose_from_palm": "solver", "solve": "solver", "solve_optax": "solver",
 }
-_MODULES = {"geometry": "geometry", "inspire": "inspire", "landmarks": "landmarks"}  # public modules in __all__
+_MODULES = {"geometry": "hand.geometry", "inspire": "inspire", "landmarks": "hand.landmarks"}  # public modules in __all__
 # optional extras (matplotlib, mediapipe, pyarrow): public modules imported on first use
 _LAZY = {"viz": "viz", "io": "io", "video": "video", "batch": "batch", "viewer": "viewer", "overlay": "overlay"}
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from . import geometry, inspire, landmarks  # noqa: F401
+    from .hand import geometry, landmarks
+    from . import inspire  # noqa: F401
     from .runtime.cache import enable_compilation_cache  # noqa: F401
     from .calibration import calibrate  # noqa: F401
     from .runtime.devices import use_cpu_cores  # noqa: F401
-    from .kinematics import LinkFrames, coupled_angles, forward_keypoints, forward_kinematics, full_angles  # noqa: F401
-    from .landmarks import LANDMARK_NAMES, check_landmarks, detect_side  # noqa: F401
-    from .model import HandModel, load_hand, load_urdf, mirror_urdf, urdf_path  # noqa: F401
-    from .poses import POSES, named_pose  # noqa: F401
+    from .hand.kinematics import LinkFrames, coupled_angles, forward_keypoints, forward_kinematics, full_angles  # noqa: F401
+    from .hand.landmarks import LANDMARK_NAMES, check_landmarks, detect_side  # noqa: F401
+    from .hand.model import HandModel, load_hand, load_urdf, mirror_urdf, urdf_path  # noqa: F401
+    from .hand.poses import POSES, named_pose  # noqa: F401
     from .realtime import FrameSolver  # noqa: F401
     from .sequence import solve_sequence  # noqa: F401
     from .solver import (IKResult, SolverConfig, landmark_loss, neutral_angles, pose_from_palm, solve,  # noqa: F401

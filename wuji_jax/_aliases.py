@@ -23,6 +23,12 @@ ALIASES = {
     "wuji_jax.programs": "wuji_jax.runtime.programs",
     "wuji_jax.cache": "wuji_jax.runtime.cache",
     "wuji_jax.devices": "wuji_jax.runtime.devices",
+    "wuji_jax.geometry": "wuji_jax.hand.geometry",
+    "wuji_jax.model": "wuji_jax.hand.model",
+    "wuji_jax.chains": "wuji_jax.hand.chains",
+    "wuji_jax.kinematics": "wuji_jax.hand.kinematics",
+    "wuji_jax.landmarks": "wuji_jax.hand.landmarks",
+    "wuji_jax.poses": "wuji_jax.hand.poses",
 }
 
 

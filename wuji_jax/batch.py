@@ -119,7 +119,7 @@ SAMPLE_NAME = "human_hand_video_landmarks.npz"
 
 def sample_landmarks_path() -> Path:
     """The bundled sample recording (621 frames of a right hand, MediaPipe world landmarks, metres)."""
-    from .model import asset_path
+    from .hand.model import asset_path
 
     return asset_path("samples", SAMPLE_NAME)
 
@@ -127,7 +127,7 @@ def sample_landmarks_path() -> Path:
 def output_columns(hand=None, inspire: bool = True) -> list[str]:
     """The output table's column names, in order (see the module docstring for units)."""
     from .inspire import MOTOR_NAMES
-    from .model import load_hand
+    from .hand.model import load_hand
 
     hand = hand or load_hand("right")
     cols = ["frame", "timestamp", "source", "side", *hand.joint_names, *hand.mimic_names,
@@ -471,7 +471,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
                             cur = None
                         start, cur_side = pos, file_side
                     if not checked and np.isfinite(world).all(axis=(1, 2)).any():
-                        from .landmarks import unit_problem
+                        from .hand.landmarks import unit_problem
 
                         problem = unit_problem(world)
                         if problem:

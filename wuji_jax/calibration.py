@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .landmarks import check_landmarks
-from .geometry import so3_exp
-from .model import FIXED, HandModel
+from .hand.landmarks import check_landmarks
+from .hand.geometry import so3_exp
+from .hand.model import FIXED, HandModel
 from .solver import SolverConfig, landmark_loss, solve
 
 __all__ = ["calibrate", "calibration_params", "apply_calibration"]

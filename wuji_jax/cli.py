@@ -310,11 +310,11 @@ def _pose_parser(sub) -> None:
 
 
 def _run_pose(args) -> int:
-    from .poses import POSES
+    from .hand.poses import POSES
 
     if args.list:
         print("poses: " + ", ".join(POSES))
-        from .model import load_hand
+        from .hand.model import load_hand
 
         hand = load_hand(args.side or "right")
         print("joints (angle order, limits in rad):")
@@ -340,8 +340,8 @@ def _run_pose(args) -> int:
             raise UsageError(f"-o {args.output}: unknown picture format {out.suffix!r}; use .png, .svg or .pdf")
 
     from . import viz
-    from .model import load_hand
-    from .poses import named_pose
+    from .hand.model import load_hand
+    from .hand.poses import named_pose
 
     side = args.side or "right"
     if args.angles_file is not None:
@@ -603,7 +603,7 @@ def _run_overlay(args) -> int:
         raise UsageError(f"--scale must be > 0, got {args.scale}")
     import numpy as np
 
-    from .model import asset_path, load_hand
+    from .hand.model import asset_path, load_hand
     from .overlay import render_overlay
     from .solver import solve
     from .video import extract_landmarks
@@ -650,8 +650,8 @@ def _view_parser(sub) -> None:
 def _run_view(args) -> int:
     import numpy as np
 
-    from .model import load_hand
-    from .poses import POSES, named_pose
+    from .hand.model import load_hand
+    from .hand.poses import POSES, named_pose
     from .viewer import write_viewer
 
     side = args.side or "right"

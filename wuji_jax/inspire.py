@@ -72,8 +72,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .filters import one_euro_step
-from .kinematics import coupled_angles
-from .model import HandModel, load_hand
+from .hand.kinematics import coupled_angles
+from .hand.model import HandModel, load_hand
 
 __all__ = [
     "MOTOR_IDS",

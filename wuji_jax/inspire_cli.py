@@ -403,7 +403,7 @@ def run_inspire(args) -> int:
     import numpy as np
 
     from . import inspire
-    from .model import load_hand
+    from .hand.model import load_hand
 
     if not 0 < args.speed_ratio <= 1:
         raise UsageError(f"--speed-ratio must be in (0, 1]; got {args.speed_ratio}")

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
+from .hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
 
 __all__ = ["render_overlay", "render_overlay_frame", "fit_projection", "project_keypoints",
            "LANDMARK_COLOR", "FIT_COLOR"]

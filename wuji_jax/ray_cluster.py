@@ -254,7 +254,7 @@ class _BlockSolver:
             if side is None:
                 side = side_of_file(s["side"], world, name, meta["notes"])
             if not checked and np.isfinite(world).all(axis=(1, 2)).any():
-                from .landmarks import unit_problem
+                from .hand.landmarks import unit_problem
 
                 problem = unit_problem(world)
                 if problem:

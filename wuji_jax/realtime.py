@@ -20,8 +20,8 @@ import numpy as np
 
 from .runtime.cache import cached_program
 from .runtime.programs import compile_options
-from .landmarks import plainly_metres
-from .model import HandModel
+from .hand.landmarks import plainly_metres
+from .hand.model import HandModel
 from .solver import IKResult, SolverConfig, check_solver_input
 from .solver.api import DEFAULT_CONFIG, check_start, config_arrays, is_traced, solve_batch
 

@@ -164,7 +164,7 @@ class AngleTable:
 
 
 def _hand_model(hand):
-    from .model import HandModel, load_hand
+    from .hand.model import HandModel, load_hand
 
     if hand is None:
         return load_hand("right")

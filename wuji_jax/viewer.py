@@ -39,8 +39,8 @@ import re
 
 import numpy as np
 
-from .landmarks import HAND_CONNECTIONS, LANDMARK_NAMES
-from .model import ACTIVE, FIXED, HandModel
+from .hand.landmarks import HAND_CONNECTIONS, LANDMARK_NAMES
+from .hand.model import ACTIVE, FIXED, HandModel
 
 __all__ = ["write_viewer", "viewer_data"]
 
@@ -130,7 +130,7 @@ def viewer_data(hand: HandModel, q=None, *, landmarks=None, title: str | None = 
     Numbers are the model's float64 values (JSON keeps them exactly); infinite limits (continuous
     joints) and missing landmark values are ``null``.
     """
-    from .poses import POSES
+    from .hand.poses import POSES
 
     frames = _angles(hand, q)
     lm = _landmark_frames(landmarks, len(hand.keypoint_links) or 21)

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
+from .hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
 
 __all__ = ["draw_hand", "plot_landmarks_vs_fit", "plot_timeseries"]
 
@@ -204,7 +204,7 @@ def draw_hand(hand, q, path=None, title: str | None = None, landmarks=None):
     Returns:
         The ``matplotlib.figure.Figure``.
     """
-    from .kinematics import forward_kinematics
+    from .hand.kinematics import forward_kinematics
 
     q = _points(q, (hand.num_joints,), "joint angles q")
     # the compiled FK (under a second to compile; op by op, ~140 one-op programs took 6 s)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.cache import cached_program, quick_compile_options
-from ..geometry import matrix_to_quaternion
+from ..hand.geometry import matrix_to_quaternion
 from ..runtime.programs import QUICK_JOB_FRAMES  # the rule lives in wuji_jax.programs
 
 __all__ = ["Kernel", "QUICK_JOB_FRAMES", "quick_job", "default_batch", "kernel_compile_options"]
@@ -127,7 +127,7 @@ class Kernel:
 
     def hand(self, side: str):
         if side not in self._hands:
-            from ..model import load_hand
+            from ..hand.model import load_hand
             from ..solver import neutral_angles
 
             hand = load_hand(side)

@@ -116,7 +116,7 @@ def _stated_video_frames(path: Any) -> int | None:
 
 
 def side_of_file(side: str, world: np.ndarray, path: str, notes: list) -> str:
-    from ..landmarks import detect_side
+    from ..hand.landmarks import detect_side
 
     detected = detect_side(world)
     if side == "auto":

@@ -35,9 +35,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import geometry as geo
-from ..chains import ChainParams
-from ..model import HandModel
+from ..hand import geometry as geo
+from ..hand.chains import ChainParams
+from ..hand.model import HandModel
 from .config import SolverConfig
 from .lm import REF, Problem, Structure, Variables, cost, keypoints, loop
 

@@ -31,13 +31,13 @@ import jax.export  # a submodule: not an attribute of jax until imported (jax 0.
 import jax.numpy as jnp
 import numpy as np
 
-from .. import geometry as geo
+from ..hand import geometry as geo
 from ..runtime import programs
 from ..runtime.cache import array_sharding, cached_program, compile_side_by_side
-from ..chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
-from ..kinematics import FK_CHUNK_FRAMES, check_angles
-from ..landmarks import check_landmarks, detect_side
-from ..model import HandModel
+from ..hand.chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
+from ..hand.kinematics import FK_CHUNK_FRAMES, check_angles
+from ..hand.landmarks import check_landmarks, detect_side
+from ..hand.model import HandModel
 from .config import (DEGENERATE_SPREAD, DISTAL_LANDMARKS, FLAG_BAD_SCALE, FLAG_DEGENERATE, FLAG_HIGH_RESIDUAL,
                      FLAG_NO_DERIVATIVE, FLAG_UNSEEN_FINGER, FLAG_MIRRORED, FLAG_NOT_FINITE, FLAG_TOO_FEW_LANDMARKS,
                      IKResult, SolverConfig)
@@ -429,7 +429,7 @@ def check_start(hand: HandModel, q0: np.ndarray) -> None:
 def pick_side(hand: HandModel, lm: np.ndarray, side: str) -> HandModel:
     """The model for ``side`` (``"right"``, ``"left"`` or ``"auto"``: from the landmarks' chirality);
     warns where the given side contradicts the geometry."""
-    from ..model import load_hand
+    from ..hand.model import load_hand
 
     if side not in ("right", "left", "auto"):
         raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
@@ -737,7 +737,7 @@ def _optax_fit(hand, lm, weights, q0, R0, t0, s0, config, *, optimizer, steps, e
     """:func:`solve_optax`'s optimisation and results (the :class:`IKResult` fields it replaces)."""
     import optax
 
-    from ..kinematics import coupled_angles, forward_keypoints
+    from ..hand.kinematics import coupled_angles, forward_keypoints
 
     optimizer, extra_loss = optimizer.value, extra_loss.value
     batch = lm.shape[:-2]

@@ -40,9 +40,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import geometry as geo
-from ..chains import ChainParams, Chains, coupled_rows, fk, fk_variables, link_angles
-from ..model import HandModel
+from ..hand import geometry as geo
+from ..hand.chains import ChainParams, Chains, coupled_rows, fk, fk_variables, link_angles
+from ..hand.model import HandModel
 from .config import SolverConfig
 
 __all__ = ["REF", "Structure", "Problem", "Variables", "LMState", "evaluate", "cost", "normal_equations",

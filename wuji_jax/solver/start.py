@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import geometry as geo
-from ..chains import ChainParams, Chains, coupled_rows, link_angles
+from ..hand import geometry as geo
+from ..hand.chains import ChainParams, Chains, coupled_rows, link_angles
 
 __all__ = ["palm_similarity", "analytic_angles", "gather_joints"]
 

@@ -21,7 +21,7 @@ import numpy as np
 from . import geometry as geo
 from .chains import chain_params, chains_of, coupled_rows, cpu_chunk, fk, keypoints21, link_angles, map_chunks
 from .model import ACTIVE, MIMIC, HandModel
-from .runtime.programs import FK_CHUNK_FRAMES, LINK_CHUNK_FRAMES  # noqa: F401 (re-exported: the rules live in wuji_jax.programs)
+from ..runtime.programs import FK_CHUNK_FRAMES, LINK_CHUNK_FRAMES  # noqa: F401 (re-exported: the rules live in wuji_jax.programs)
 
 __all__ = ["LinkFrames", "forward_kinematics", "forward_keypoints", "coupled_angles", "full_angles",
            "check_angles"]

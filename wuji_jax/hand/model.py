@@ -378,7 +378,7 @@ def asset_path(*parts: str) -> Path:
             return Path(str(res))
     except (ModuleNotFoundError, FileNotFoundError):
         pass
-    here = Path(__file__).resolve().parent.parent.joinpath("assets", *parts)  # source checkout
+    here = Path(__file__).resolve().parents[2].joinpath("assets", *parts)  # source checkout
     if here.is_file():
         return here
     raise FileNotFoundError(f"bundled asset {'/'.join(parts)} not found; reinstall wuji-jax")
