@@ -581,7 +581,7 @@ def sec_pipeline(book: Results, detail: bool) -> str:
 
 
 def sec_parquet_rss(book: Results, detail: bool) -> str:
-    out = ["**Reading a big Parquet file**: `wuji_jax.io.iter_chunks` streams a landmark table (the chunks "
+    out = ["**Reading a big Parquet file**: `wuji_jax.data.io.iter_chunks` streams a landmark table (the chunks "
            "`wuji-jax solve` reads) in a fresh process; peak RSS of that process."]
     for r in book.of("parquet_rss"):
         g = lambda k: get(r, f"result.{k}", book)  # noqa: E731
@@ -1029,7 +1029,7 @@ def fig_overlay() -> list[dict]:
     import wuji_jax as wj
     from wuji_jax.hand.model import asset_path
     from wuji_jax.overlay import render_overlay
-    from wuji_jax.video import extract_landmarks
+    from wuji_jax.data.video import extract_landmarks
 
     video = asset_path("samples", "human_hand_video.mp4")
     rec = extract_landmarks(video, progress=False)

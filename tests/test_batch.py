@@ -142,7 +142,7 @@ def test_kernel_compiles_once_for_any_length(tmp_path, world):
 def test_text_files_are_bounded_by_their_size(tmp_path, world):
     """The bound of a file of uncounted frames (CSV, JSONL) is never below the frames it holds, even
     where each frame takes the fewest bytes the readers accept; a video has none."""
-    from wuji_jax.io import LANDMARK_COLUMNS, iter_chunks
+    from wuji_jax.data.io import LANDMARK_COLUMNS, iter_chunks
 
     tight_csv = tmp_path / "tight.csv"
     tight_csv.write_text(",".join(LANDMARK_COLUMNS) + "\n" + ("0" + "," * 62 + "\n") * 50)  # 50 frames (rows of empty fields are skipped)

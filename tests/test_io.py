@@ -1,4 +1,4 @@
-"""wuji_jax.io: every input format round-trips, bad input gives one line naming the file, results
+"""wuji_jax.data.io: every input format round-trips, bad input gives one line naming the file, results
 open in pandas. The catalogue of bad inputs (issue 5) is ``BAD_INPUTS`` below."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wuji_jax import io
+from wuji_jax.data import io
 
 SAMPLES = Path(__file__).resolve().parents[1] / "assets" / "samples"
 FORMATS = [".npy", ".npz", ".csv", ".jsonl", ".parquet", ".h5"]
@@ -865,7 +865,7 @@ def test_degenerate_frames_are_flagged_on_load(tmp_path):
 
 
 def test_max_frames_still_reaches_video_extraction(tmp_path, monkeypatch):
-    from wuji_jax import video
+    from wuji_jax.data import video
     seen = []
 
     def fake(source, **kwargs):

@@ -1,4 +1,4 @@
-"""The one output rule (``wuji_jax.outputs``) held by every verb, and the strict readers (issue 48).
+"""The one output rule (``wuji_jax.data.outputs``) held by every verb, and the strict readers (issue 48).
 
 Each verb is asked to write over one of its inputs under every spelling of the path (the same path,
 relative and absolute, ``sub/../``, a symbolic link, a hard link, a glob written ``./g/*``): it must
@@ -26,8 +26,8 @@ import matplotlib  # noqa: E402  (the test extra installs it)
 matplotlib.use("Agg")
 
 import wuji_jax as wj  # noqa: E402
-from wuji_jax import io as wio  # noqa: E402
-from wuji_jax import outputs  # noqa: E402
+from wuji_jax.data import io as wio  # noqa: E402
+from wuji_jax.data import outputs  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
 from wuji_jax.hand.poses import named_pose  # noqa: E402
 from wuji_jax.runner.store import OutputLock  # noqa: E402
@@ -152,7 +152,7 @@ def test_overlay_refuses_its_video_before_any_work(in_tmp, capsys, monkeypatch):
     def no_work(*a, **k):  # the refusal comes before the landmarks are extracted
         raise AssertionError("extract_landmarks called")
 
-    monkeypatch.setattr("wuji_jax.video.extract_landmarks", no_work)
+    monkeypatch.setattr("wuji_jax.data.video.extract_landmarks", no_work)
     for label, out in _spellings(_fresh(in_tmp, "o.mp4"), video, "o.mp4"):
         assert "both an input and an output" in _error(capsys, 1, ["overlay", video, "-o", out]), label
     assert "not '.avi'" in _error(capsys, 2, ["overlay", video, "-o", "o.avi"])

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import wuji_jax.io as wio
+import wuji_jax.data.io as wio
 from wuji_jax.batch import sample_landmarks_path, solve_dataset
 from wuji_jax.cli import main
 

@@ -1,4 +1,4 @@
-"""wuji_jax.video: model lookup, MediaPipe extraction on real frames, caching, and bad videos.
+"""wuji_jax.data.video: model lookup, MediaPipe extraction on real frames, caching, and bad videos.
 
 Needs mediapipe and OpenCV (the test extra). MediaPipe's ``hand_landmarker.task`` ships with
 wuji_jax (``assets/models/``), so ``resolve_model_path`` finds it without downloading.
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wuji_jax import io, video
+from wuji_jax.data import io, video
 
 SAMPLE_VIDEO = Path(__file__).resolve().parents[1] / "assets" / "samples" / "human_hand_video.mp4"
 SAMPLES_NPZ = SAMPLE_VIDEO.with_name("human_hand_video_landmarks.npz")

@@ -29,6 +29,10 @@ ALIASES = {
     "wuji_jax.kinematics": "wuji_jax.hand.kinematics",
     "wuji_jax.landmarks": "wuji_jax.hand.landmarks",
     "wuji_jax.poses": "wuji_jax.hand.poses",
+    "wuji_jax.recording": "wuji_jax.data.recording",
+    "wuji_jax.io": "wuji_jax.data.io",
+    "wuji_jax.video": "wuji_jax.data.video",
+    "wuji_jax.outputs": "wuji_jax.data.outputs",
 }
 
 

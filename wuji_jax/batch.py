@@ -102,11 +102,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import io as wio
+from .data import io as wio
 from .runner.kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job
 from .runner.interrupts import DeferredInterrupt
 from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
-from .outputs import strict_json
+from .data.outputs import strict_json
 from .runner.store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_ok,
                            remove_stale_temporaries, run_identity, write_part)
 from .runner.table import Assembler, finish_table, import_writers, plot_angles

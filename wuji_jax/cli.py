@@ -500,7 +500,7 @@ def _run_solve(args) -> int:
         return _run_solve_ray(args)
     out = _solve_output(args)
 
-    from . import io as wio
+    from .data import io as wio
     from .batch import solve_dataset
 
     s = solve_dataset(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
@@ -515,7 +515,7 @@ def _run_solve_ray(args) -> int:
     verb's arguments (after the option checks of :func:`_run_solve`) and the same report."""
     import os
 
-    from . import io as wio
+    from .data import io as wio
     from .ray_cluster import require_ray, solve_dataset_ray
 
     address = args.ray.strip()
@@ -606,7 +606,7 @@ def _run_overlay(args) -> int:
     from .hand.model import asset_path, load_hand
     from .overlay import render_overlay
     from .solver import solve
-    from .video import extract_landmarks
+    from .data.video import extract_landmarks
 
     video = Path(args.video) if args.video else asset_path("samples", "human_hand_video.mp4")
     out = Path(args.output) if args.output else Path("wuji_out") / f"{video.stem}_overlay.mp4"

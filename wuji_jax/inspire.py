@@ -1126,7 +1126,7 @@ def write_command_stream(
     if hasattr(path, "write"):
         path.write(buf.getvalue())
     else:
-        from .outputs import write_text
+        from .data.outputs import write_text
 
         write_text(path, buf.getvalue())
     return int(c.shape[0])

@@ -335,8 +335,8 @@ def render_overlay(video: str | os.PathLike, recording, result, path: str | os.P
             recording without image landmarks, or arrays whose lengths disagree (one line each).
         RuntimeError: OpenCV cannot open an ``mp4v`` writer (codec missing, folder not writable).
     """
-    from .outputs import check_output, output_format, temporary_name
-    from .video import Progress
+    from .data.outputs import check_output, output_format, temporary_name
+    from .data.video import Progress
 
     path = Path(path)
     output_format(path, {".mp4": "mp4"}, "the overlay", option="path")

@@ -98,11 +98,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import io as wio
+from .data import io as wio
 from .batch import DEFAULT_CHUNK_SIZE
 from .runner.kernel import Kernel, default_batch, kernel_compile_options, quick_job
 from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
-from .outputs import strict_json
+from .data.outputs import strict_json
 from .runner.store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays,
                            part_ok, read_part, remove_stale_temporaries, run_identity)
 from .runner.table import Assembler, finish_table, plot_angles

@@ -202,7 +202,7 @@ def write_viewer(hand: HandModel, q=None, path=None, *, landmarks=None, title: s
     page = _fill(_TEMPLATE, dict(TITLE=html.escape(str(data["title"]), quote=True), SCRIPT=_SCRIPT,
                                  DATA=_script_json(data)))
     if path is not None:
-        from .outputs import write_text
+        from .data.outputs import write_text
 
         write_text(path, page)
     return page

@@ -73,7 +73,7 @@ def _save(fig, path) -> None:
     (:func:`wuji_jax.outputs.replacing`)."""
     if path is None:
         return
-    from .outputs import replacing
+    from .data.outputs import replacing
 
     path = os.fspath(path)
     fmt = os.path.splitext(path)[1].lstrip(".").lower() or None

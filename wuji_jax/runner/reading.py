@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .. import io as wio
+from ..data import io as wio
 
 __all__ = ["count_frames", "total_frames", "most_frames", "Prefetch", "FileError", "read_file", "side_of_file"]
 

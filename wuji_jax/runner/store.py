@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import io as wio
-from .. import outputs
+from ..data import io as wio
+from ..data import outputs
 
 __all__ = ["MANIFEST_VERSION", "run_identity", "out_path", "check_outputs", "remove_stale_temporaries", "OutputLock",
            "open_parts", "write_part", "part_ok", "read_part", "part_arrays", "atomic_json"]

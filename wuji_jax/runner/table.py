@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import io as wio
-from ..outputs import replacing
+from ..data import io as wio
+from ..data.outputs import replacing
 from ..solver.config import FLAG_NAMES
 from .store import read_part
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .hand.landmarks import NUM_LANDMARKS
+from ..hand.landmarks import NUM_LANDMARKS
 
 __all__ = ["LandmarkRecording", "DATA_EXTENSIONS", "VIDEO_EXTENSIONS", "IMAGE_EXTENSIONS"]
 

@@ -38,7 +38,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .hand.landmarks import NUM_LANDMARKS
+from ..hand.landmarks import NUM_LANDMARKS
 from .recording import IMAGE_EXTENSIONS, LandmarkRecording
 
 __all__ = [
@@ -107,7 +107,7 @@ def _check_model(path: Path, origin: str) -> Path:
 
 def _bundled_model() -> Path | None:
     """The copy of ``hand_landmarker.task`` that ships with wuji_jax (``assets/models/``, Apache-2.0)."""
-    from .hand.model import asset_path
+    from ..hand.model import asset_path
 
     try:
         p = asset_path("models", MODEL_NAME)

@@ -74,7 +74,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .hand.landmarks import NUM_LANDMARKS
+from ..hand.landmarks import NUM_LANDMARKS
 from .recording import DATA_EXTENSIONS, IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, LandmarkRecording
 
 __all__ = [
@@ -455,7 +455,7 @@ def _landmark_spellings() -> dict[str, str]:
     its index or by MediaPipe's name (``wrist``, ``thumb_cmc``, ``index_finger_tip``, see
     :data:`wuji_jax.landmarks.LANDMARK_NAMES`), before or after the axis: ``x_0``, ``0_x``,
     ``WRIST_x``, ``wrist.x``, ``x_wrist``, ``Thumb CMC X``."""
-    from .hand.landmarks import LANDMARK_NAMES
+    from ..hand.landmarks import LANDMARK_NAMES
 
     out = {}
     for i, name in enumerate(LANDMARK_NAMES):
