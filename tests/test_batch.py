@@ -19,7 +19,7 @@ import wuji_jax as wj
 from wuji_jax import batch
 from wuji_jax.runner import kernel, store, table
 from wuji_jax.cli import main
-from wuji_jax.solver import FLAG_TOO_FEW_LANDMARKS, solve_rows
+from wuji_jax.ik import FLAG_TOO_FEW_LANDMARKS, solve_rows
 
 import pandas as pd  # noqa: E402
 import pyarrow  # noqa: E402,F401

@@ -319,9 +319,10 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
     import numpy as np
 
     import wuji_jax as wj
-    from wuji_jax import batch, realtime
+    from wuji_jax import batch
+    from wuji_jax.ik import realtime
     from wuji_jax.runtime import programs
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     class Stop(Exception):
         pass
@@ -425,7 +426,7 @@ def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, r
     and the same batch in numpy share the programs."""
     import numpy as np
 
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     made = []
 
@@ -465,7 +466,7 @@ def test_the_start_stage_is_kept_as_a_program(tmp_path, monkeypatch, right):
     import numpy as np
 
     from wuji_jax.runtime import cache
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     monkeypatch.setattr(cache, "compilation_cache_dir", lambda: str(tmp_path))
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)

@@ -114,7 +114,7 @@ def test_the_lm_loop_holds_the_only_keypoint_and_jacobian_evaluation(right):
     kinematics with Jacobian before the loop: what the solver traces outside its loop stays small
     (a copy there made 866 equations and 0.5 s more compilation of the 64-frame fit program). The
     counts stay right: iteration 0 is not an iteration, and one iteration is one."""
-    from wuji_jax.solver import api, lm
+    from wuji_jax.ik import api, lm
 
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float64)
 
@@ -184,7 +184,7 @@ def test_package_map_resolves_and_the_data_readers_load_without_jax():
 def test_non_finite_fits_are_flagged_not_reported_valid(right):
     """Frames with coordinates near float32 overflow inside a normal batch: flagged, not valid, angles
     at the (finite, within-limits) start pose; the other frames are solved as alone."""
-    from wuji_jax.solver import FLAG_NOT_FINITE
+    from wuji_jax.ik import FLAG_NOT_FINITE
 
     rng = np.random.default_rng(6)
     q = rng.uniform(LOWER + 0.02, UPPER - 0.02, size=(8, 20))

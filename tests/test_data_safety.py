@@ -19,7 +19,7 @@ import pytest
 import wuji_jax as wj
 from wuji_jax import batch
 from wuji_jax.cli import main
-from wuji_jax.solver import FLAG_DEGENERATE, FLAG_NOT_FINITE
+from wuji_jax.ik import FLAG_DEGENERATE, FLAG_NOT_FINITE
 
 from test_batch import FAST, _Killed, _kill_after, _npy, world  # noqa: F401 (world: a fixture)
 

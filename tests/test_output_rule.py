@@ -351,7 +351,7 @@ def test_deeply_nested_calibration_is_one_line(tmp_path, capsys):
 
 
 def _flagged_table(path: Path, flags, valid=None):
-    from wuji_jax.solver import FLAG_NAMES  # noqa: F401 (the names the CLI takes)
+    from wuji_jax.ik import FLAG_NAMES  # noqa: F401 (the names the CLI takes)
 
     n = len(flags)
     q = np.stack([named_pose("open"), named_pose("fist")] * (n // 2 + 1))[:n]
@@ -365,7 +365,7 @@ def _flagged_table(path: Path, flags, valid=None):
 
 
 def test_inspire_holds_back_flagged_frames_unless_accepted(tmp_path, capsys):
-    from wuji_jax.solver import FLAG_HIGH_RESIDUAL, FLAG_MIRRORED
+    from wuji_jax.ik import FLAG_HIGH_RESIDUAL, FLAG_MIRRORED
 
     path = _flagged_table(tmp_path / "t.csv", [0, 0, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, 0, FLAG_MIRRORED])
     out = tmp_path / "c.jsonl"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax.solver import FLAG_MIRRORED, FLAG_TOO_FEW_LANDMARKS
+from wuji_jax.ik import FLAG_MIRRORED, FLAG_TOO_FEW_LANDMARKS
 from seed_table import LOWER, UPPER, reference_keypoints
 
 B = 48  # one batch shape for most tests: one compilation
@@ -258,7 +258,7 @@ def test_chunks_and_the_start_between_two_programs(right):
     back, with chunks of 4 frames out of 10 (padded); start_spec announces the shapes of the start
     that the two programs pass on (hard coupling: no coupled angles carried; soft: M of them). That
     the two programs answer as the one: test_solve_inside_jit_then_eager_same_answer."""
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     a = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
     b = {"x": np.arange(10, dtype=np.float32), "none": None}
@@ -460,7 +460,7 @@ def test_settings_and_start_poses_are_checked(right):
 def test_unseen_fingers_and_high_residuals_are_flagged_and_not_valid(right):
     """A finger with none of its distal landmarks observed gets FLAG_UNSEEN_FINGER; it and a fit beyond
     flag_residual are not valid (valid: every finger observed and fitted within flag_residual)."""
-    from wuji_jax.solver import FLAG_HIGH_RESIDUAL, FLAG_NAMES, FLAG_UNSEEN_FINGER
+    from wuji_jax.ik import FLAG_HIGH_RESIDUAL, FLAG_NAMES, FLAG_UNSEEN_FINGER
 
     _, y, *_ = synthetic(64, seed=12)
     y = y.copy()

@@ -35,14 +35,14 @@ _aliases.install()  # the modules' old names (wuji_jax.io, wuji_jax.solver.api, 
 # public name → the module that defines it. Nothing is imported until a name is first used, so
 # ``import wuji_jax.io`` (and ``wuji-jax --version``) run without loading JAX.
 _EXPORTS = {
-    "enable_compilation_cache": "runtime.cache", "calibrate": "calibration", "use_cpu_cores": "runtime.devices",
+    "enable_compilation_cache": "runtime.cache", "calibrate": "ik.calibration", "use_cpu_cores": "runtime.devices",
     "LinkFrames": "hand.kinematics", "coupled_angles": "hand.kinematics", "forward_keypoints": "hand.kinematics",
     "forward_kinematics": "hand.kinematics", "full_angles": "hand.kinematics",
     "LANDMARK_NAMES": "hand.landmarks", "check_landmarks": "hand.landmarks", "detect_side": "hand.landmarks",
     "HandModel": "hand.model", "load_hand": "hand.model", "load_urdf": "hand.model", "mirror_urdf": "hand.model", "urdf_path": "hand.model",
-    "POSES": "hand.poses", "named_pose": "hand.poses", "FrameSolver": "realtime", "solve_sequence": "sequence",
-    "IKResult": "solver", "SolverConfig": "solver", "landmark_loss": "solver", "neutral_angles": "solver",
-    "pose_from_palm": "solver", "solve": "solver", "solve_optax": "solver",
+    "POSES": "hand.poses", "named_pose": "hand.poses", "FrameSolver": "ik.realtime", "solve_sequence": "ik.sequence",
+    "IKResult": "ik", "SolverConfig": "ik", "landmark_loss": "ik", "neutral_angles": "ik",
+    "pose_from_palm": "ik", "solve": "ik", "solve_optax": "ik",
 }
 _MODULES = {"geometry": "hand.geometry", "inspire": "inspire", "landmarks": "hand.landmarks"}  # public modules in __all__
 # optional extras (matplotlib, mediapipe, pyarrow): public modules imported on first use
@@ -52,15 +52,15 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .hand import geometry, landmarks
     from . import inspire  # noqa: F401
     from .runtime.cache import enable_compilation_cache  # noqa: F401
-    from .calibration import calibrate  # noqa: F401
+    from .ik.calibration import calibrate  # noqa: F401
     from .runtime.devices import use_cpu_cores  # noqa: F401
     from .hand.kinematics import LinkFrames, coupled_angles, forward_keypoints, forward_kinematics, full_angles  # noqa: F401
     from .hand.landmarks import LANDMARK_NAMES, check_landmarks, detect_side  # noqa: F401
     from .hand.model import HandModel, load_hand, load_urdf, mirror_urdf, urdf_path  # noqa: F401
     from .hand.poses import POSES, named_pose  # noqa: F401
-    from .realtime import FrameSolver  # noqa: F401
-    from .sequence import solve_sequence  # noqa: F401
-    from .solver import (IKResult, SolverConfig, landmark_loss, neutral_angles, pose_from_palm, solve,  # noqa: F401
+    from .ik.realtime import FrameSolver  # noqa: F401
+    from .ik.sequence import solve_sequence  # noqa: F401
+    from .ik import (IKResult, SolverConfig, landmark_loss, neutral_angles, pose_from_palm, solve,  # noqa: F401
                          solve_optax)
 
 __version__ = "0.2.0"

@@ -33,6 +33,11 @@ ALIASES = {
     "wuji_jax.io": "wuji_jax.data.io",
     "wuji_jax.video": "wuji_jax.data.video",
     "wuji_jax.outputs": "wuji_jax.data.outputs",
+    "wuji_jax.solver": "wuji_jax.ik",
+    "wuji_jax.realtime": "wuji_jax.ik.realtime",
+    "wuji_jax.sequence": "wuji_jax.ik.sequence",
+    "wuji_jax.calibration": "wuji_jax.ik.calibration",
+    "wuji_jax.filters": "wuji_jax.ik.filters",
 }
 
 

@@ -302,7 +302,7 @@ def solve_dataset(
     """
     import jax
 
-    from .solver import SolverConfig
+    from .ik import SolverConfig
 
     t_start = time.perf_counter()
     if side not in ("right", "left", "auto"):

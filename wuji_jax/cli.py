@@ -153,7 +153,7 @@ class _SolverDefault:
         self.field = field
 
     def __str__(self) -> str:
-        from .solver.config import SolverConfig
+        from .ik.config import SolverConfig
 
         return str(getattr(SolverConfig(), self.field))
 
@@ -605,7 +605,7 @@ def _run_overlay(args) -> int:
 
     from .hand.model import asset_path, load_hand
     from .overlay import render_overlay
-    from .solver import solve
+    from .ik import solve
     from .data.video import extract_landmarks
 
     video = Path(args.video) if args.video else asset_path("samples", "human_hand_video.mp4")

@@ -71,7 +71,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .filters import one_euro_step
+from .ik.filters import one_euro_step
 from .hand.kinematics import coupled_angles
 from .hand.model import HandModel, load_hand
 

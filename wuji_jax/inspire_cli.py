@@ -179,7 +179,7 @@ def _one_source(table, wanted: str | None, option: str = "--source"):
 def _accepted_flags(text: str) -> int:
     """The bit set of the flag names in ``--accept-flags`` (comma-separated); a usage error names an
     unknown one."""
-    from .solver.config import FLAG_NAMES
+    from .ik.config import FLAG_NAMES
 
     bits = {name: bit for bit, name in FLAG_NAMES.items()}
     out = 0
@@ -193,7 +193,7 @@ def _accepted_flags(text: str) -> int:
 
 
 def _flag_list(bits: int) -> list[str]:
-    from .solver.config import FLAG_NAMES
+    from .ik.config import FLAG_NAMES
 
     return [name for bit, name in FLAG_NAMES.items() if bits & bit]
 
@@ -232,7 +232,7 @@ def _invalid_rows(valid, flags, describe, source: str, skip: bool, accept: int =
     if first.size == n:
         raise UsageError(f"{source}: every frame ({n}) is flagged or marked invalid by the solver{why}; nothing "
                          "to convert (--accept-flags names the flags to send anyway)")
-    from .solver.config import FLAG_NAMES
+    from .ik.config import FLAG_NAMES
 
     counts = {name: int(np.count_nonzero(f[bad] & (bit & ~accept))) for bit, name in FLAG_NAMES.items()}
     counts = {k: c for k, c in counts.items() if c}
@@ -347,7 +347,7 @@ def _flag_names(flags):
     def describe(i: int) -> str:
         if flags is None:
             return ""
-        from .solver.config import FLAG_NAMES
+        from .ik.config import FLAG_NAMES
 
         f = int(flags[i])
         return ", ".join(name for bit, name in FLAG_NAMES.items() if f & bit)

@@ -468,7 +468,7 @@ def solve_dataset_ray(
     """
     import jax
 
-    from .solver import SolverConfig
+    from .ik import SolverConfig
 
     ray = require_ray()
     t_start = time.perf_counter()

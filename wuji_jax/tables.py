@@ -157,7 +157,7 @@ class AngleTable:
         """The flag names of frame ``i`` (``"bad_scale, high_residual"``), or ``""``."""
         if self.flags is None:
             return ""
-        from .solver.config import FLAG_NAMES
+        from .ik.config import FLAG_NAMES
 
         f = int(self.flags[i])
         return ", ".join(name for bit, name in FLAG_NAMES.items() if f & bit)

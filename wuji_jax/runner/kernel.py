@@ -38,7 +38,7 @@ def default_batch(chunk_size: int, platform: str, devices: int, frames: int | No
     big job the loop costs less than the calls it saves: ``solve_dataset`` on 300,000 frames on 2 CPU
     devices (cache warm, no plot) took 5.06 s with batches of 4096 rows, 5.27 s with 2048 and 5.78 s
     with 512 (medians of 4 alternating rounds)."""
-    from ..solver import chunk_frames
+    from ..ik import chunk_frames
 
     return min(chunk_size, chunk_frames("cpu") * devices) if platform == "cpu" and quick_job(frames) else chunk_size
 
@@ -50,14 +50,14 @@ def _solve_with_inspire(hand, landmarks, weights, q0, config, chunk: int | None 
     """:func:`wuji_jax.solver.solve_chunked` and the Inspire commands of its angles, in one program:
     a second call, on the solver's outputs split over several devices, waited for the solver before
     it returned (8 ms per 512-row batch on 2 CPU devices), where one device's call returns at once."""
-    from ..solver import solve_chunked
+    from ..ik import solve_chunked
 
     return _with_inspire(hand, solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk))
 
 
 def _fit_with_inspire(hand, landmarks, weights, q0, config, start, chunk: int | None = None) -> dict:
     """:func:`_solve_with_inspire`'s second stage (:func:`wuji_jax.solver.api.staged_program`)."""
-    from ..solver.api import fit_chunked
+    from ..ik.api import fit_chunked
 
     return _with_inspire(hand, fit_chunked(hand, landmarks, weights, q0, config, start, chunk=chunk))
 
@@ -128,7 +128,7 @@ class Kernel:
     def hand(self, side: str):
         if side not in self._hands:
             from ..hand.model import load_hand
-            from ..solver import neutral_angles
+            from ..ik import neutral_angles
 
             hand = load_hand(side)
             q0 = np.broadcast_to(np.asarray(neutral_angles(hand), self.dtype), (self.batch, hand.num_joints))
@@ -147,7 +147,7 @@ class Kernel:
         inputs ran one loop over all devices' rows, waiting for the slowest frame of the batch:
         41.9k against 52.2k frames/s at batch 1024 on 2 CPU devices.) With ``inspire`` the Inspire
         commands are computed in the same program (:func:`_solve_with_inspire`)."""
-        from ..solver import solve_chunked, split_kernel
+        from ..ik import solve_chunked, split_kernel
 
         fn = _solve_with_inspire if inspire else solve_chunked
         if self.rows is None:
@@ -157,7 +157,7 @@ class Kernel:
     def staged(self, inspire: bool, name: str, args: tuple):
         """A quick job's solver (``self.options``): :meth:`kernel`'s program as its two stages, compiled
         side by side (:func:`wuji_jax.solver.api.staged_program`)."""
-        from ..solver.api import fit_chunked, split_kernel, staged_program, start_cold
+        from ..ik.api import fit_chunked, split_kernel, staged_program, start_cold
 
         first, second = start_cold, (_fit_with_inspire if inspire else fit_chunked)
         if self.rows is not None:  # every device its own rows, as kernel()

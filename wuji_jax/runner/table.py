@@ -14,7 +14,7 @@ import numpy as np
 
 from ..data import io as wio
 from ..data.outputs import replacing
-from ..solver.config import FLAG_NAMES
+from ..ik.config import FLAG_NAMES
 from .store import read_part
 
 __all__ = ["Assembler", "finish_table", "import_writers", "plot_angles"]

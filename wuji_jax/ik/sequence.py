@@ -17,13 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .runtime.cache import cached_program
-from .runtime.programs import compile_options
+from ..runtime.cache import cached_program
+from ..runtime.programs import compile_options
 from .filters import one_euro
-from .hand.landmarks import check_landmarks
-from .hand.model import HandModel
-from .solver import IKResult, SolverConfig, neutral_angles, pick_side, solve_chunked
-from .solver.api import config_arrays
+from ..hand.landmarks import check_landmarks
+from ..hand.model import HandModel
+from .api import config_arrays, neutral_angles, pick_side, solve_chunked
+from .config import IKResult, SolverConfig
 
 __all__ = ["solve_sequence", "SEQUENCE_CHUNK"]
 
@@ -123,7 +123,7 @@ def solve_sequence(
     axis = lm.ndim - 3
     ang = jnp.moveaxis(stacked.angles, axis, 0)
     ang = jnp.clip(one_euro(ang, ts, min_cutoff, beta), hand.lower, hand.upper)
-    from .hand.kinematics import coupled_angles
+    from ..hand.kinematics import coupled_angles
 
     ang = jnp.moveaxis(ang, 0, axis)
     return stacked._replace(angles=ang, coupled=coupled_angles(hand, ang))

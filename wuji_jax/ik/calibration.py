@@ -8,10 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .hand.landmarks import check_landmarks
-from .hand.geometry import so3_exp
-from .hand.model import FIXED, HandModel
-from .solver import SolverConfig, landmark_loss, solve
+from ..hand.landmarks import check_landmarks
+from ..hand.geometry import so3_exp
+from ..hand.model import FIXED, HandModel
+from .api import landmark_loss, solve
+from .config import SolverConfig
 
 __all__ = ["calibrate", "calibration_params", "apply_calibration"]
 

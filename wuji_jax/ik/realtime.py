@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .runtime.cache import cached_program
-from .runtime.programs import compile_options
-from .hand.landmarks import plainly_metres
-from .hand.model import HandModel
-from .solver import IKResult, SolverConfig, check_solver_input
-from .solver.api import DEFAULT_CONFIG, check_start, config_arrays, is_traced, solve_batch
+from ..runtime.cache import cached_program
+from ..runtime.programs import compile_options
+from ..hand.landmarks import plainly_metres
+from ..hand.model import HandModel
+from .api import DEFAULT_CONFIG, check_solver_input, check_start, config_arrays, is_traced, solve_batch
+from .config import IKResult, SolverConfig
 
 __all__ = ["FrameSolver"]
 
