@@ -44,13 +44,13 @@ _EXPORTS = {
     "IKResult": "ik", "SolverConfig": "ik", "landmark_loss": "ik", "neutral_angles": "ik",
     "pose_from_palm": "ik", "solve": "ik", "solve_optax": "ik",
 }
-_MODULES = {"geometry": "hand.geometry", "inspire": "inspire", "landmarks": "hand.landmarks"}  # public modules in __all__
+_MODULES = {"geometry": "hand.geometry", "inspire": "retarget.inspire", "landmarks": "hand.landmarks"}  # public modules in __all__
 # optional extras (matplotlib, mediapipe, pyarrow): public modules imported on first use
 _LAZY = {"viz": "viz", "io": "data.io", "video": "data.video", "batch": "batch", "viewer": "viewer", "overlay": "overlay"}
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .hand import geometry, landmarks
-    from . import inspire  # noqa: F401
+    from .retarget import inspire  # noqa: F401
     from .runtime.cache import enable_compilation_cache  # noqa: F401
     from .ik.calibration import calibrate  # noqa: F401
     from .runtime.devices import use_cpu_cores  # noqa: F401

@@ -38,6 +38,7 @@ ALIASES = {
     "wuji_jax.sequence": "wuji_jax.ik.sequence",
     "wuji_jax.calibration": "wuji_jax.ik.calibration",
     "wuji_jax.filters": "wuji_jax.ik.filters",
+    "wuji_jax.inspire": "wuji_jax.retarget.inspire",
 }
 
 

@@ -126,7 +126,7 @@ def sample_landmarks_path() -> Path:
 
 def output_columns(hand=None, inspire: bool = True) -> list[str]:
     """The output table's column names, in order (see the module docstring for units)."""
-    from .inspire import MOTOR_NAMES
+    from .retarget.inspire import MOTOR_NAMES
     from .hand.model import load_hand
 
     hand = hand or load_hand("right")

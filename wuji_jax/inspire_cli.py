@@ -257,7 +257,7 @@ def _check_angle_frames(q, hand, source: str, degrees: bool = False, index=None)
     """
     import numpy as np
 
-    from . import inspire
+    from .retarget import inspire
 
     bad = inspire.joint_limit_violations(q, hand)
     if not bad.any():
@@ -289,7 +289,7 @@ def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0, 
     ``t`` → the file's row numbers)."""
     import numpy as np
 
-    from . import inspire
+    from .retarget import inspire
 
     where = "the file's timestamp" if from_file else "--start-time + frame/fps"
     if from_file and start_time:
@@ -355,7 +355,7 @@ def _flag_names(flags):
 
 
 def _calibration(args, hand, held: dict | None = None):
-    from . import inspire
+    from .retarget import inspire
 
     if args.calibration:
         where = f"--calibration {args.calibration}"
@@ -402,7 +402,7 @@ def run_inspire(args) -> int:
     """
     import numpy as np
 
-    from . import inspire
+    from .retarget import inspire
     from .hand.model import load_hand
 
     if not 0 < args.speed_ratio <= 1:

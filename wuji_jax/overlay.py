@@ -263,7 +263,7 @@ def render_overlay_frame(frame_bgr, image_landmarks, fitted_xy, channels, *, tex
         for k in np.flatnonzero(np.isfinite(p).all(1)):
             cv2.circle(img, _fix(p[k]), r << _SHIFT, LANDMARK_COLOR, -1, cv2.LINE_AA, _SHIFT)
     if channels is not None:
-        from .inspire import MOTOR_NAMES
+        from .retarget.inspire import MOTOR_NAMES
 
         ch = np.asarray(channels, np.float64).reshape(-1)
         names = list(MOTOR_NAMES if labels is None else labels)
@@ -292,7 +292,7 @@ def _channels(result, inspire, n: int) -> np.ndarray:
             raise ValueError(f"inspire must have shape ({n}, 6) (one row per recording frame); "
                              f"got {ch.shape}")
         return ch
-    from .inspire import to_inspire
+    from .retarget.inspire import to_inspire
 
     q = np.asarray(result.angles, np.float64)
     ch = np.full((n, 6), np.nan)

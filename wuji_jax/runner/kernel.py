@@ -64,7 +64,7 @@ def _fit_with_inspire(hand, landmarks, weights, q0, config, start, chunk: int | 
 
 def _with_inspire(hand, out: dict) -> dict:
     """The solver's outputs with the Inspire commands of their angles."""
-    from ..inspire import to_inspire_kernel
+    from ..retarget.inspire import to_inspire_kernel
 
     return {**out, "inspire": to_inspire_kernel(hand, out["angles"], None)}
 

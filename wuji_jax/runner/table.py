@@ -30,7 +30,7 @@ _FINGERS = ("thumb", "index", "middle", "ring", "pinky")
 
 def _table(part: dict[str, np.ndarray], names: list[str], inspire: bool,
            hands: dict[str, Any]) -> dict[str, np.ndarray]:
-    from ..inspire import MOTOR_NAMES
+    from ..retarget.inspire import MOTOR_NAMES
     from ..hand.model import load_hand
 
     side = str(part["side"])

@@ -71,9 +71,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .ik.filters import one_euro_step
-from .hand.kinematics import coupled_angles
-from .hand.model import HandModel, load_hand
+from ..ik.filters import one_euro_step
+from ..hand.kinematics import coupled_angles
+from ..hand.model import HandModel, load_hand
 
 __all__ = [
     "MOTOR_IDS",
@@ -1126,7 +1126,7 @@ def write_command_stream(
     if hasattr(path, "write"):
         path.write(buf.getvalue())
     else:
-        from .data.outputs import write_text
+        from ..data.outputs import write_text
 
         write_text(path, buf.getvalue())
     return int(c.shape[0])
