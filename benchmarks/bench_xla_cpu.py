@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from _util import time_fn  # noqa: E402
-from wuji_jax.hand import geometry as geo  # noqa: E402
+from wuji_jax import geometry as geo  # noqa: E402
 from wuji_jax.ik import lm  # noqa: E402
 
 

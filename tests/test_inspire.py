@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax.retarget import inspire as wi
+from wuji_jax import inspire as wi
 from wuji_jax.hand.poses import named_pose
 
 FINGERS = {"little": (16, 18, 19), "ring": (12, 14, 15), "middle": (8, 10, 11), "fore": (4, 6, 7)}

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wuji_jax.data import io
+from wuji_jax import io
 
 SAMPLES = Path(__file__).resolve().parents[1] / "assets" / "samples"
 FORMATS = [".npy", ".npz", ".csv", ".jsonl", ".parquet", ".h5"]
@@ -865,7 +865,7 @@ def test_degenerate_frames_are_flagged_on_load(tmp_path):
 
 
 def test_max_frames_still_reaches_video_extraction(tmp_path, monkeypatch):
-    from wuji_jax.data import video
+    from wuji_jax import video
     seen = []
 
     def fake(source, **kwargs):

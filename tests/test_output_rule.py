@@ -26,7 +26,7 @@ import matplotlib  # noqa: E402  (the test extra installs it)
 matplotlib.use("Agg")
 
 import wuji_jax as wj  # noqa: E402
-from wuji_jax.data import io as wio  # noqa: E402
+from wuji_jax import io as wio  # noqa: E402
 from wuji_jax.data import outputs  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
 from wuji_jax.hand.poses import named_pose  # noqa: E402

@@ -15,7 +15,7 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import overlay
-from wuji_jax.data import video
+from wuji_jax import video
 from wuji_jax.hand.model import asset_path
 
 N = 15  # frames of the sample video that are extracted, solved and rendered

@@ -317,7 +317,7 @@ def test_float32_sincos_matches_numpy():
 def test_contract_and_products_match_einsum():
     """geometry.contract (sums of products of slices) against numpy's einsum, with broadcasting along
     summed and kept axes and ranks that differ; matmul/matvec/matTvec/dot (built on it) likewise."""
-    from wuji_jax.hand import geometry as geo
+    from wuji_jax import geometry as geo
 
     rng = np.random.default_rng(1)
     a = rng.normal(size=(4, 7, 1, 5, 6))
@@ -341,7 +341,7 @@ def test_take_matches_numpy_indexing():
     """geometry.take against numpy's fancy indexing: index arrays of one and two axes with runs,
     repeats, reversals and single entries, along leading, middle and negative axes; one of few runs
     as slices (no gather in the traced program), one of more than TAKE_MAX_RUNS runs as the gather."""
-    from wuji_jax.hand import geometry as geo
+    from wuji_jax import geometry as geo
 
     x = np.arange(7 * 5 * 4, dtype=np.float64).reshape(7, 5, 4)
     for idx, axis in [([3], 0), ([0, 1, 2, 6, 5, 5, 4], 0), ([[4, 0, 1], [2, 3, 3]], 1), (np.arange(4)[::-1], -1),
@@ -423,7 +423,7 @@ def test_sums_are_written_for_the_platform_compiled_for():
     """geometry.total/contract: adds of slices when traced for the CPU (XLA:CPU runs reductions over
     non-minor axes slowly), reductions for an accelerator (smaller programs there) and for REDUCE
     (the solver's derivative of small batches, on any device); equal values."""
-    from wuji_jax.hand import geometry as geo
+    from wuji_jax import geometry as geo
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(3, 4, 5)), rng.normal(size=(4, 1))

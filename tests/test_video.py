@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wuji_jax.data import io, video
+from wuji_jax import io, video
 
 SAMPLE_VIDEO = Path(__file__).resolve().parents[1] / "assets" / "samples" / "human_hand_video.mp4"
 SAMPLES_NPZ = SAMPLE_VIDEO.with_name("human_hand_video_landmarks.npz")
