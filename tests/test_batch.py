@@ -1,4 +1,4 @@
-"""``wuji_jax.batch.solve_dataset`` and ``wuji-jax solve``: streaming, resumption, sharding, bad input.
+"""``wuji_jax.pipeline.batch.solve_dataset`` and ``wuji-jax solve``: streaming, resumption, sharding, bad input.
 
 Everything runs on small chunks (64 frames) and 5 LM iterations so that the solver compiles once for
 the whole module (one fixed kernel shape); the multi-device check runs in a subprocess with four
@@ -17,7 +17,7 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import batch
-from wuji_jax.runner import kernel, store, table
+from wuji_jax.pipeline import kernel, store, table
 from wuji_jax.cli import main
 from wuji_jax.ik import FLAG_TOO_FEW_LANDMARKS, solve_rows
 
@@ -484,7 +484,7 @@ _MULTI = textwrap.dedent("""
     jax.config.update("jax_enable_x64", True)
     import numpy as np
     from wuji_jax import batch
-    from wuji_jax.runner import kernel
+    from wuji_jax.pipeline import kernel
     assert len(jax.local_devices()) == 4, jax.local_devices()
     # the kernel solve_dataset makes below for this job (300 frames, a small job: batches of 64 rows,
     # quick compile options), so that its program, compiled here, is the one the job runs
@@ -624,7 +624,7 @@ def test_parquet_writer_builds_its_columns_without_pandas(tmp_path):
         import json, sys
         from pathlib import Path
         import numpy as np
-        from wuji_jax.runner.table import _Writer
+        from wuji_jax.pipeline.table import _Writer
         w = _Writer(Path(sys.argv[1]))
         w.write({"source": np.array(["a.npy", "bé.npy", "a.npy"]), "frame": np.arange(3)[::-1],
                  "valid": np.array([True, False, True]), "x": np.array([0.5, np.nan, 2.0], np.float32),

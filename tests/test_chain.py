@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import wuji_jax as wj  # noqa: E402
 from wuji_jax import inspire as wi  # noqa: E402
 from wuji_jax import io as wio  # noqa: E402
-from wuji_jax.batch import output_columns, sample_landmarks_path  # noqa: E402
+from wuji_jax.pipeline.batch import output_columns, sample_landmarks_path  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
 from wuji_jax.tables import read_angles, read_landmarks  # noqa: E402
 

@@ -30,7 +30,7 @@ from wuji_jax import io as wio  # noqa: E402
 from wuji_jax.data import outputs  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
 from wuji_jax.hand.poses import named_pose  # noqa: E402
-from wuji_jax.runner.store import OutputLock  # noqa: E402
+from wuji_jax.pipeline.store import OutputLock  # noqa: E402
 from wuji_jax.tables import read_angles  # noqa: E402
 
 HAND = wj.load_hand("right")
@@ -58,7 +58,7 @@ def _angle_csv(path: Path, n: int = 4) -> Path:
 
 
 def _landmarks(n: int = 8) -> np.ndarray:
-    from wuji_jax.batch import sample_landmarks_path
+    from wuji_jax.pipeline.batch import sample_landmarks_path
 
     with np.load(sample_landmarks_path()) as z:
         return np.asarray(z["world"][:n], np.float64)
@@ -227,7 +227,7 @@ def test_a_full_disk_leaves_the_previous_file(in_tmp, capsys, monkeypatch, verb)
 
 
 def test_a_full_disk_while_the_plot_is_written_leaves_no_picture(tmp_path, monkeypatch):
-    from wuji_jax.runner.table import plot_angles
+    from wuji_jax.pipeline.table import plot_angles
 
     sample = [{"row": np.arange(5), "t": np.arange(5) / 10.0, "angles": np.zeros((5, 20)),
                "residual_mm": np.ones(5), "joint_names": HAND.joint_names}]
@@ -445,7 +445,7 @@ def test_stale_lock_takeover_races_leave_one_holder(tmp_path):
 _RACER = """
 import sys, time, os
 from pathlib import Path
-from wuji_jax.runner.store import OutputLock
+from wuji_jax.pipeline.store import OutputLock
 out, log = Path(sys.argv[1]), sys.argv[2]
 while time.time() < float(sys.argv[3]):
     time.sleep(0.001)
@@ -490,7 +490,7 @@ def test_fps_inf_is_a_usage_error(tmp_path, capsys):
         msg = _error(capsys, 2, ["inspire", "--angles", _angle_csv(tmp_path / "q.csv"), f"--fps={v}",
                                  "-o", tmp_path / "c.jsonl"])
         assert "--fps must be a finite number > 0" in msg
-    from wuji_jax.batch import solve_dataset
+    from wuji_jax.pipeline.batch import solve_dataset
 
     with pytest.raises(ValueError, match="fps must be a finite number > 0"):
         solve_dataset(src, tmp_path / "o.npz", fps=float("inf"), progress=False)
@@ -525,7 +525,7 @@ def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_local_ray_cluster_listens_on_localhost_only():
-    from wuji_jax.ray_cluster import _connect
+    from wuji_jax.pipeline.ray_cluster import _connect
 
     import types
 

@@ -39,6 +39,9 @@ ALIASES = {
     "wuji_jax.calibration": "wuji_jax.ik.calibration",
     "wuji_jax.filters": "wuji_jax.ik.filters",
     "wuji_jax.inspire": "wuji_jax.retarget.inspire",
+    "wuji_jax.batch": "wuji_jax.pipeline.batch",
+    "wuji_jax.ray_cluster": "wuji_jax.pipeline.ray_cluster",
+    "wuji_jax.runner": "wuji_jax.pipeline",
 }
 
 

@@ -501,7 +501,7 @@ def _run_solve(args) -> int:
     out = _solve_output(args)
 
     from .data import io as wio
-    from .batch import solve_dataset
+    from .pipeline.batch import solve_dataset
 
     s = solve_dataset(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
                       resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
@@ -516,7 +516,7 @@ def _run_solve_ray(args) -> int:
     import os
 
     from .data import io as wio
-    from .ray_cluster import require_ray, solve_dataset_ray
+    from .pipeline.ray_cluster import require_ray, solve_dataset_ray
 
     address = args.ray.strip()
     if not address:
@@ -543,7 +543,7 @@ def _run_solve_ray(args) -> int:
 
 def _solve_inputs(args) -> list[str]:
     """``solve``'s inputs, or the bundled sample (said so) when none is given."""
-    from .batch import sample_landmarks_path
+    from .pipeline.batch import sample_landmarks_path
 
     inputs = list(args.inputs)
     if not inputs:

@@ -50,7 +50,7 @@ def _steps(hand, frames) -> list[tuple[str, Callable[[], object]]]:
 
 
 def _job() -> None:
-    from .batch import sample_landmarks_path, solve_dataset
+    from .pipeline.batch import sample_landmarks_path, solve_dataset
 
     with tempfile.TemporaryDirectory(prefix="wuji-jax-warmup-") as tmp:
         solve_dataset(str(sample_landmarks_path()), f"{tmp}/sample.parquet", side="auto", plot=False, progress=False)
@@ -66,7 +66,7 @@ def warmup(gradient: bool = True, job: bool = True, out=None) -> list[tuple[str,
 
     import wuji_jax as wj
 
-    from .batch import sample_landmarks_path
+    from .pipeline.batch import sample_landmarks_path
 
     out = out or sys.stderr
     hand = wj.load_hand("right")

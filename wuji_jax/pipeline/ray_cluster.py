@@ -98,14 +98,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .data import io as wio
+from ..data import io as wio
 from .batch import DEFAULT_CHUNK_SIZE
-from .runner.kernel import Kernel, default_batch, kernel_compile_options, quick_job
-from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
-from .data.outputs import strict_json
-from .runner.store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays,
+from .kernel import Kernel, default_batch, kernel_compile_options, quick_job
+from .reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
+from ..data.outputs import strict_json
+from .store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays,
                            part_ok, read_part, remove_stale_temporaries, run_identity)
-from .runner.table import Assembler, finish_table, plot_angles
+from .table import Assembler, finish_table, plot_angles
 
 __all__ = ["solve_dataset_ray", "require_ray", "DEFAULT_BLOCK_CHUNKS"]
 
@@ -141,7 +141,7 @@ class _BlockSolver:
     def __init__(self, *, settings: dict, cache: tuple | None, gpu: bool, crash_once: str | None = None):
         import jax
 
-        from .runtime.devices import jax_started
+        from ..runtime.devices import jax_started
 
         k = 1 if gpu else int(settings["cpu_devices"])
         if not jax_started():
@@ -151,7 +151,7 @@ class _BlockSolver:
         jax.config.update("jax_enable_x64", settings["dtype"] == "float64")
         folder = None
         if cache is not None:
-            from .runtime.cache import ENV_OFF, enable_compilation_cache
+            from ..runtime.cache import ENV_OFF, enable_compilation_cache
 
             where, explicit = cache
             if explicit:  # a folder named by the caller beats an inherited WUJI_JAX_NO_CACHE
@@ -194,7 +194,7 @@ class _BlockSolver:
         if folder is None or fcntl is None:
             run()
             return
-        from . import __version__
+        from .. import __version__
 
         key = hashlib.sha256(repr((__version__, jax.__version__, device.platform, device.device_kind, n_devices,
                                    s["batch_size"], s["quick"],
@@ -254,7 +254,7 @@ class _BlockSolver:
             if side is None:
                 side = side_of_file(s["side"], world, name, meta["notes"])
             if not checked and np.isfinite(world).all(axis=(1, 2)).any():
-                from .hand.landmarks import unit_problem
+                from ..hand.landmarks import unit_problem
 
                 problem = unit_problem(world)
                 if problem:
@@ -334,7 +334,7 @@ def _blocks(counts: Sequence[int | None], block_size: int, max_frames: int | Non
 
 def _cache_setting(compilation_cache: Any) -> tuple | None:
     """``(folder or None, explicit)`` for the workers' compilation cache, or None for no cache."""
-    from .runtime.cache import compilation_cache_dir
+    from ..runtime.cache import compilation_cache_dir
 
     if compilation_cache is False:
         return None
@@ -468,7 +468,7 @@ def solve_dataset_ray(
     """
     import jax
 
-    from .ik import SolverConfig
+    from ..ik import SolverConfig
 
     ray = require_ray()
     t_start = time.perf_counter()

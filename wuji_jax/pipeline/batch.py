@@ -102,14 +102,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .data import io as wio
-from .runner.kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job
-from .runner.interrupts import DeferredInterrupt
-from .runner.reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
-from .data.outputs import strict_json
-from .runner.store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_ok,
+from ..data import io as wio
+from .kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job
+from .interrupts import DeferredInterrupt
+from .reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
+from ..data.outputs import strict_json
+from .store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_ok,
                            remove_stale_temporaries, run_identity, write_part)
-from .runner.table import Assembler, finish_table, import_writers, plot_angles
+from .table import Assembler, finish_table, import_writers, plot_angles
 
 __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_CHUNK_SIZE", "QUICK_JOB_FRAMES"]
 
@@ -119,15 +119,15 @@ SAMPLE_NAME = "human_hand_video_landmarks.npz"
 
 def sample_landmarks_path() -> Path:
     """The bundled sample recording (621 frames of a right hand, MediaPipe world landmarks, metres)."""
-    from .hand.model import asset_path
+    from ..hand.model import asset_path
 
     return asset_path("samples", SAMPLE_NAME)
 
 
 def output_columns(hand=None, inspire: bool = True) -> list[str]:
     """The output table's column names, in order (see the module docstring for units)."""
-    from .retarget.inspire import MOTOR_NAMES
-    from .hand.model import load_hand
+    from ..retarget.inspire import MOTOR_NAMES
+    from ..hand.model import load_hand
 
     hand = hand or load_hand("right")
     cols = ["frame", "timestamp", "source", "side", *hand.joint_names, *hand.mimic_names,
@@ -302,7 +302,7 @@ def solve_dataset(
     """
     import jax
 
-    from .ik import SolverConfig
+    from ..ik import SolverConfig
 
     t_start = time.perf_counter()
     if side not in ("right", "left", "auto"):
@@ -471,7 +471,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
                             cur = None
                         start, cur_side = pos, file_side
                     if not checked and np.isfinite(world).all(axis=(1, 2)).any():
-                        from .hand.landmarks import unit_problem
+                        from ..hand.landmarks import unit_problem
 
                         problem = unit_problem(world)
                         if problem:
