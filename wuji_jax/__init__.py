@@ -46,7 +46,7 @@ _EXPORTS = {
 }
 _MODULES = {"geometry": "hand.geometry", "inspire": "retarget.inspire", "landmarks": "hand.landmarks"}  # public modules in __all__
 # optional extras (matplotlib, mediapipe, pyarrow): public modules imported on first use
-_LAZY = {"viz": "viz", "io": "data.io", "video": "data.video", "batch": "pipeline.batch", "viewer": "viewer", "overlay": "overlay"}
+_LAZY = {"viz": "viz", "io": "data.io", "video": "data.video", "batch": "pipeline.batch", "viewer": "viz.viewer", "overlay": "viz.overlay"}
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .hand import geometry, landmarks

@@ -42,6 +42,8 @@ ALIASES = {
     "wuji_jax.batch": "wuji_jax.pipeline.batch",
     "wuji_jax.ray_cluster": "wuji_jax.pipeline.ray_cluster",
     "wuji_jax.runner": "wuji_jax.pipeline",
+    "wuji_jax.overlay": "wuji_jax.viz.overlay",
+    "wuji_jax.viewer": "wuji_jax.viz.viewer",
 }
 
 

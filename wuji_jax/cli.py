@@ -604,7 +604,7 @@ def _run_overlay(args) -> int:
     import numpy as np
 
     from .hand.model import asset_path, load_hand
-    from .overlay import render_overlay
+    from .viz.overlay import render_overlay
     from .ik import solve
     from .data.video import extract_landmarks
 
@@ -652,7 +652,7 @@ def _run_view(args) -> int:
 
     from .hand.model import load_hand
     from .hand.poses import POSES, named_pose
-    from .viewer import write_viewer
+    from .viz.viewer import write_viewer
 
     side = args.side or "right"
     text = args.pose

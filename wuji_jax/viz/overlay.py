@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
+from ..hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
 
 __all__ = ["render_overlay", "render_overlay_frame", "fit_projection", "project_keypoints",
            "LANDMARK_COLOR", "FIT_COLOR"]
@@ -263,7 +263,7 @@ def render_overlay_frame(frame_bgr, image_landmarks, fitted_xy, channels, *, tex
         for k in np.flatnonzero(np.isfinite(p).all(1)):
             cv2.circle(img, _fix(p[k]), r << _SHIFT, LANDMARK_COLOR, -1, cv2.LINE_AA, _SHIFT)
     if channels is not None:
-        from .retarget.inspire import MOTOR_NAMES
+        from ..retarget.inspire import MOTOR_NAMES
 
         ch = np.asarray(channels, np.float64).reshape(-1)
         names = list(MOTOR_NAMES if labels is None else labels)
@@ -292,7 +292,7 @@ def _channels(result, inspire, n: int) -> np.ndarray:
             raise ValueError(f"inspire must have shape ({n}, 6) (one row per recording frame); "
                              f"got {ch.shape}")
         return ch
-    from .retarget.inspire import to_inspire
+    from ..retarget.inspire import to_inspire
 
     q = np.asarray(result.angles, np.float64)
     ch = np.full((n, 6), np.nan)
@@ -335,8 +335,8 @@ def render_overlay(video: str | os.PathLike, recording, result, path: str | os.P
             recording without image landmarks, or arrays whose lengths disagree (one line each).
         RuntimeError: OpenCV cannot open an ``mp4v`` writer (codec missing, folder not writable).
     """
-    from .data.outputs import check_output, output_format, temporary_name
-    from .data.video import Progress
+    from ..data.outputs import check_output, output_format, temporary_name
+    from ..data.video import Progress
 
     path = Path(path)
     output_format(path, {".mp4": "mp4"}, "the overlay", option="path")

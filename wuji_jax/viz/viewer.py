@@ -39,8 +39,8 @@ import re
 
 import numpy as np
 
-from .hand.landmarks import HAND_CONNECTIONS, LANDMARK_NAMES
-from .hand.model import ACTIVE, FIXED, HandModel
+from ..hand.landmarks import HAND_CONNECTIONS, LANDMARK_NAMES
+from ..hand.model import ACTIVE, FIXED, HandModel
 
 __all__ = ["write_viewer", "viewer_data"]
 
@@ -130,7 +130,7 @@ def viewer_data(hand: HandModel, q=None, *, landmarks=None, title: str | None = 
     Numbers are the model's float64 values (JSON keeps them exactly); infinite limits (continuous
     joints) and missing landmark values are ``null``.
     """
-    from .hand.poses import POSES
+    from ..hand.poses import POSES
 
     frames = _angles(hand, q)
     lm = _landmark_frames(landmarks, len(hand.keypoint_links) or 21)
@@ -202,7 +202,7 @@ def write_viewer(hand: HandModel, q=None, path=None, *, landmarks=None, title: s
     page = _fill(_TEMPLATE, dict(TITLE=html.escape(str(data["title"]), quote=True), SCRIPT=_SCRIPT,
                                  DATA=_script_json(data)))
     if path is not None:
-        from .data.outputs import write_text
+        from ..data.outputs import write_text
 
         write_text(path, page)
     return page

@@ -12,6 +12,9 @@ The three views follow seed 000 and look at the wrist frame (REP-155) without mi
 * **Side (Y-Z)**: Y to the right, Z up; seen from +X, the thumb side.
 
 Inputs are metres in the wrist frame; the pictures are labelled in millimetres.
+
+The subpackage (floor 4) also holds :mod:`.overlay` (the input video with the fit, as MP4) and
+:mod:`.viewer` (the interactive HTML kinematic tree; its page is the package data ``viewer.html``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
+from ..hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
 
 __all__ = ["draw_hand", "plot_landmarks_vs_fit", "plot_timeseries"]
 
@@ -73,7 +76,7 @@ def _save(fig, path) -> None:
     (:func:`wuji_jax.outputs.replacing`)."""
     if path is None:
         return
-    from .data.outputs import replacing
+    from ..data.outputs import replacing
 
     path = os.fspath(path)
     fmt = os.path.splitext(path)[1].lstrip(".").lower() or None
@@ -204,7 +207,7 @@ def draw_hand(hand, q, path=None, title: str | None = None, landmarks=None):
     Returns:
         The ``matplotlib.figure.Figure``.
     """
-    from .hand.kinematics import forward_kinematics
+    from ..hand.kinematics import forward_kinematics
 
     q = _points(q, (hand.num_joints,), "joint angles q")
     # the compiled FK (under a second to compile; op by op, ~140 one-op programs took 6 s)
