@@ -175,7 +175,7 @@ def test_package_map_resolves_and_the_data_readers_load_without_jax():
     assert set(wj.__all__) <= set(dir(wj))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         wj.nope  # noqa: B018
-    code = ("import sys, wuji_jax, wuji_jax.data.io, wuji_jax.tables; v = wuji_jax.__version__; "
+    code = ("import sys, wuji_jax, wuji_jax.data.io, wuji_jax.cli.tables; v = wuji_jax.__version__; "
             "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -504,7 +504,7 @@ def test_write_command_stream(tmp_path):
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_cli_angles_to_stream(tmp_path, side, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     q = np.stack([named_pose("open")] * 3 + [named_pose("fist")] * 30)
     np.savez(tmp_path / "take.npz", angles=q, timestamps=np.arange(33) / 100)
@@ -531,7 +531,7 @@ def test_cli_angles_to_stream(tmp_path, side, capsys):
 
 
 def test_cli_reference_calibration_and_errors(tmp_path, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     user_open = np.full(20, 0.1)
     user_fist = 0.7 * named_pose("fist")
@@ -581,7 +581,7 @@ def test_poses_solved_back_from_landmarks(side):
 
 
 def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     q = np.stack([named_pose("open"), named_pose("fist")])
     np.save(tmp_path / "lm.npy", np.asarray(wj.forward_keypoints(right, jnp.asarray(q))))
@@ -598,7 +598,7 @@ def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
 
 def _cli_error(argv) -> str:
     """The CLI's error for ``argv``: a ValueError (the main CLI's UsageError, exit 2) of one line."""
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     with pytest.raises(ValueError) as e:
         inspire_cli.main(argv)
@@ -638,7 +638,7 @@ def test_cli_refuses_angles_far_outside_joint_limits(tmp_path, right):
     ok[2] = lo - 0.3
     np.save(tmp_path / "ok.npy", ok)
     out = tmp_path / "ok.jsonl"
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     assert inspire_cli.main(["inspire", "--angles", str(tmp_path / "ok.npy"), "-o", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 6
@@ -681,7 +681,7 @@ def _save(path, arr):
 
 
 def test_cli_timestamps_fit_ros_stamps(tmp_path, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     q = np.stack([named_pose("open")] * 4)
     take = str(_save(tmp_path / "take.npy", q))

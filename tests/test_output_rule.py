@@ -31,7 +31,7 @@ from wuji_jax.data import outputs  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
 from wuji_jax.hand.poses import named_pose  # noqa: E402
 from wuji_jax.pipeline.store import OutputLock  # noqa: E402
-from wuji_jax.tables import read_angles  # noqa: E402
+from wuji_jax.cli.tables import read_angles  # noqa: E402
 
 HAND = wj.load_hand("right")
 

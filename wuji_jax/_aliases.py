@@ -44,6 +44,10 @@ ALIASES = {
     "wuji_jax.runner": "wuji_jax.pipeline",
     "wuji_jax.overlay": "wuji_jax.viz.overlay",
     "wuji_jax.viewer": "wuji_jax.viz.viewer",
+    "wuji_jax.cli_common": "wuji_jax.cli.cli_common",
+    "wuji_jax.inspire_cli": "wuji_jax.cli.inspire_cli",
+    "wuji_jax.warmup": "wuji_jax.cli.warmup",
+    "wuji_jax.tables": "wuji_jax.cli.tables",
 }
 
 

@@ -18,7 +18,7 @@ def checked_output(out, inputs=(), formats=None, what: str = "", default: str | 
     its suffix names (``formats``: suffix → format; None: not checked here), a mismatch being a
     :class:`UsageError`; then refused (:class:`wuji_jax.outputs.OutputError`, exit status 1) where it is,
     links to, or would be read as one of ``inputs``. Returns the format (None without ``formats``)."""
-    from .data.outputs import OutputError, check_output, output_format
+    from ..data.outputs import OutputError, check_output, output_format
 
     fmt = None
     if formats is not None:

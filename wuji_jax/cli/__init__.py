@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "WUJI_JAX_CACHE_DIR=DIR moves it; --no-cache or WUJI_JAX_NO_CACHE=1 turns it off. Deleting the "
         "folder is always safe. The cache options work before or after COMMAND.",
     )
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     _add_cache_options(parser, None)
@@ -153,7 +153,7 @@ class _SolverDefault:
         self.field = field
 
     def __str__(self) -> str:
-        from .ik.config import SolverConfig
+        from ..ik.config import SolverConfig
 
         return str(getattr(SolverConfig(), self.field))
 
@@ -162,7 +162,7 @@ def _start_jax(args) -> None:
     """JAX's settings for this run, before any JAX computation: the persistent compilation cache and
     one CPU device per core. ``main`` called from a running program whose JAX has started keeps that
     program's settings (an explicit ``--cache-dir`` still applies)."""
-    from .runtime.devices import jax_started
+    from ..runtime.devices import jax_started
 
     if args.no_cache and args.cache_dir is not None:
         raise UsageError("give --cache-dir DIR or --no-cache, not both")
@@ -179,7 +179,7 @@ def _enable_cache(path: str | None) -> None:
     """:func:`wuji_jax.cache.enable_compilation_cache`, its warning (a folder it cannot use) as one line."""
     import warnings
 
-    from .runtime.cache import enable_compilation_cache
+    from ..runtime.cache import enable_compilation_cache
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -196,7 +196,7 @@ def _use_all_cores() -> None:
     (``main`` called from a running program) or ``JAX_NUM_CPU_DEVICES`` chooses the count."""
     import os
 
-    from .runtime.devices import jax_started, use_cpu_cores
+    from ..runtime.devices import jax_started, use_cpu_cores
 
     if not jax_started() and "JAX_NUM_CPU_DEVICES" not in os.environ:
         use_cpu_cores()
@@ -310,11 +310,11 @@ def _pose_parser(sub) -> None:
 
 
 def _run_pose(args) -> int:
-    from .hand.poses import POSES
+    from ..hand.poses import POSES
 
     if args.list:
         print("poses: " + ", ".join(POSES))
-        from .hand.model import load_hand
+        from ..hand.model import load_hand
 
         hand = load_hand(args.side or "right")
         print("joints (angle order, limits in rad):")
@@ -339,9 +339,9 @@ def _run_pose(args) -> int:
         elif out.suffix.lower().lstrip(".") not in _image_formats():
             raise UsageError(f"-o {args.output}: unknown picture format {out.suffix!r}; use .png, .svg or .pdf")
 
-    from . import viz
-    from .hand.model import load_hand
-    from .hand.poses import named_pose
+    from .. import viz
+    from ..hand.model import load_hand
+    from ..hand.poses import named_pose
 
     side = args.side or "right"
     if args.angles_file is not None:
@@ -500,8 +500,8 @@ def _run_solve(args) -> int:
         return _run_solve_ray(args)
     out = _solve_output(args)
 
-    from .data import io as wio
-    from .pipeline.batch import solve_dataset
+    from ..data import io as wio
+    from ..pipeline.batch import solve_dataset
 
     s = solve_dataset(_solve_inputs(args), out, side=args.side, chunk_size=args.chunk_size,
                       resume=not args.no_resume, progress=not args.quiet, iterations=args.iterations,
@@ -515,8 +515,8 @@ def _run_solve_ray(args) -> int:
     verb's arguments (after the option checks of :func:`_run_solve`) and the same report."""
     import os
 
-    from .data import io as wio
-    from .pipeline.ray_cluster import require_ray, solve_dataset_ray
+    from ..data import io as wio
+    from ..pipeline.ray_cluster import require_ray, solve_dataset_ray
 
     address = args.ray.strip()
     if not address:
@@ -543,7 +543,7 @@ def _run_solve_ray(args) -> int:
 
 def _solve_inputs(args) -> list[str]:
     """``solve``'s inputs, or the bundled sample (said so) when none is given."""
-    from .pipeline.batch import sample_landmarks_path
+    from ..pipeline.batch import sample_landmarks_path
 
     inputs = list(args.inputs)
     if not inputs:
@@ -603,10 +603,10 @@ def _run_overlay(args) -> int:
         raise UsageError(f"--scale must be > 0, got {args.scale}")
     import numpy as np
 
-    from .hand.model import asset_path, load_hand
-    from .viz.overlay import render_overlay
-    from .ik import solve
-    from .data.video import extract_landmarks
+    from ..hand.model import asset_path, load_hand
+    from ..viz.overlay import render_overlay
+    from ..ik import solve
+    from ..data.video import extract_landmarks
 
     video = Path(args.video) if args.video else asset_path("samples", "human_hand_video.mp4")
     out = Path(args.output) if args.output else Path("wuji_out") / f"{video.stem}_overlay.mp4"
@@ -650,9 +650,9 @@ def _view_parser(sub) -> None:
 def _run_view(args) -> int:
     import numpy as np
 
-    from .hand.model import load_hand
-    from .hand.poses import POSES, named_pose
-    from .viz.viewer import write_viewer
+    from ..hand.model import load_hand
+    from ..hand.poses import POSES, named_pose
+    from ..viz.viewer import write_viewer
 
     side = args.side or "right"
     text = args.pose

@@ -179,7 +179,7 @@ def _one_source(table, wanted: str | None, option: str = "--source"):
 def _accepted_flags(text: str) -> int:
     """The bit set of the flag names in ``--accept-flags`` (comma-separated); a usage error names an
     unknown one."""
-    from .ik.config import FLAG_NAMES
+    from ..ik.config import FLAG_NAMES
 
     bits = {name: bit for bit, name in FLAG_NAMES.items()}
     out = 0
@@ -193,7 +193,7 @@ def _accepted_flags(text: str) -> int:
 
 
 def _flag_list(bits: int) -> list[str]:
-    from .ik.config import FLAG_NAMES
+    from ..ik.config import FLAG_NAMES
 
     return [name for bit, name in FLAG_NAMES.items() if bits & bit]
 
@@ -232,7 +232,7 @@ def _invalid_rows(valid, flags, describe, source: str, skip: bool, accept: int =
     if first.size == n:
         raise UsageError(f"{source}: every frame ({n}) is flagged or marked invalid by the solver{why}; nothing "
                          "to convert (--accept-flags names the flags to send anyway)")
-    from .ik.config import FLAG_NAMES
+    from ..ik.config import FLAG_NAMES
 
     counts = {name: int(np.count_nonzero(f[bad] & (bit & ~accept))) for bit, name in FLAG_NAMES.items()}
     counts = {k: c for k, c in counts.items() if c}
@@ -257,7 +257,7 @@ def _check_angle_frames(q, hand, source: str, degrees: bool = False, index=None)
     """
     import numpy as np
 
-    from .retarget import inspire
+    from ..retarget import inspire
 
     bad = inspire.joint_limit_violations(q, hand)
     if not bad.any():
@@ -289,7 +289,7 @@ def _check_timestamps(t, source: str, from_file: bool, start_time: float = 0.0, 
     ``t`` → the file's row numbers)."""
     import numpy as np
 
-    from .retarget import inspire
+    from ..retarget import inspire
 
     where = "the file's timestamp" if from_file else "--start-time + frame/fps"
     if from_file and start_time:
@@ -347,7 +347,7 @@ def _flag_names(flags):
     def describe(i: int) -> str:
         if flags is None:
             return ""
-        from .ik.config import FLAG_NAMES
+        from ..ik.config import FLAG_NAMES
 
         f = int(flags[i])
         return ", ".join(name for bit, name in FLAG_NAMES.items() if f & bit)
@@ -355,7 +355,7 @@ def _flag_names(flags):
 
 
 def _calibration(args, hand, held: dict | None = None):
-    from .retarget import inspire
+    from ..retarget import inspire
 
     if args.calibration:
         where = f"--calibration {args.calibration}"
@@ -402,8 +402,8 @@ def run_inspire(args) -> int:
     """
     import numpy as np
 
-    from .retarget import inspire
-    from .hand.model import load_hand
+    from ..retarget import inspire
+    from ..hand.model import load_hand
 
     if not 0 < args.speed_ratio <= 1:
         raise UsageError(f"--speed-ratio must be in (0, 1]; got {args.speed_ratio}")

@@ -157,14 +157,14 @@ class AngleTable:
         """The flag names of frame ``i`` (``"bad_scale, high_residual"``), or ``""``."""
         if self.flags is None:
             return ""
-        from .ik.config import FLAG_NAMES
+        from ..ik.config import FLAG_NAMES
 
         f = int(self.flags[i])
         return ", ".join(name for bit, name in FLAG_NAMES.items() if f & bit)
 
 
 def _hand_model(hand):
-    from .hand.model import HandModel, load_hand
+    from ..hand.model import HandModel, load_hand
 
     if hand is None:
         return load_hand("right")
@@ -390,7 +390,7 @@ def _pick(available: Iterable[str], names: Sequence[str]) -> tuple[list[str], di
 
 
 def _max_frames() -> int:
-    from .data import io as wio
+    from ..data import io as wio
 
     return int(getattr(wio, "MAX_FRAMES", 10_000_000))
 
@@ -415,7 +415,7 @@ def _parquet_columns(p: Path, label: str, names: Sequence[str]) -> dict[str, Any
     with f:
         _check_rows(label, f.metadata.num_rows)
         available = list(f.schema_arrow.names)
-        from .data import io as wio
+        from ..data import io as wio
 
         wio.check_unique_columns(available, label, _angle_role(names))
         joints, extra = _pick(available, names)
@@ -432,7 +432,7 @@ def _parquet_columns(p: Path, label: str, names: Sequence[str]) -> dict[str, Any
         except Exception as e:
             raise _err(label, f"cannot read its columns ({_why(e)}); export it again") from None
     # no joint columns: a write_results table of an (N, 20) array ('angles_0' ...), or an error
-    from .data.io import read_results
+    from ..data.io import read_results
 
     d = read_results(p)
     return _array_from_dict(d, label, names, available)
@@ -467,7 +467,7 @@ def _npz_members(p: Path, label: str, size: int) -> dict[str, tuple[tuple[int, .
     """Declared ``(shape, dtype)`` of each member, read from the .npy headers; refuses bombs."""
     from numpy.lib import format as fmt
 
-    from .data import io as wio
+    from ..data import io as wio
 
     out = {}
     total = 0
@@ -542,7 +542,7 @@ def _npy_array(p: Path, label: str) -> np.ndarray:
 
 
 def _json_columns(p: Path, label: str, names: Sequence[str], lines: bool) -> dict[str, Any]:
-    from .data import io as wio
+    from ..data import io as wio
 
     try:
         with open(p, encoding="utf-8") as f:
@@ -628,7 +628,7 @@ def _text_columns(p: Path, label: str, names: Sequence[str], ext: str) -> dict[s
 
 
 def _first_line(p: Path, label: str) -> str:
-    from .data import io as wio
+    from ..data import io as wio
 
     limit = getattr(wio, "MAX_LINE_CHARS", 1 << 20)
     try:
@@ -651,7 +651,7 @@ def _split(line: str, delim: str | None) -> list[str]:
 
 def _header_columns(p: Path, label: str, names: Sequence[str], delim: str | None) -> dict[str, Any]:
     """A text table with a header line: the joint columns and the extras, by name."""
-    from .data import io as wio
+    from ..data import io as wio
 
     limit = getattr(wio, "MAX_LINE_CHARS", 1 << 20)
     max_rows = _max_frames()
@@ -664,7 +664,7 @@ def _header_columns(p: Path, label: str, names: Sequence[str], delim: str | None
         if not joints:
             keys = header
             if delim == "," and any(h.startswith(("angles_", "q_")) for h in header):
-                from .data.io import read_results  # write_results' layout of an (N, 20) array
+                from ..data.io import read_results  # write_results' layout of an (N, 20) array
 
                 d = read_results(p)
                 return _array_from_dict(d, label, names, list(d))
@@ -755,7 +755,7 @@ def read_landmarks(path: str | os.PathLike, *, fps: float | None = None, **optio
         ValueError: one line naming the file (``load_landmarks``' errors, or several files given).
         OSError: the file cannot be opened.
     """
-    from .data.io import load_landmarks
+    from ..data.io import load_landmarks
 
     label = str(path)
     p = Path(path)

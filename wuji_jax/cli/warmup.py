@@ -31,7 +31,7 @@ def _steps(hand, frames) -> list[tuple[str, Callable[[], object]]]:
 
     import wuji_jax as wj
 
-    from .runtime.programs import STANDARD_SIZES
+    from ..runtime.programs import STANDARD_SIZES
 
     steps = []
     for size in STANDARD_SIZES:
@@ -50,7 +50,7 @@ def _steps(hand, frames) -> list[tuple[str, Callable[[], object]]]:
 
 
 def _job() -> None:
-    from .pipeline.batch import sample_landmarks_path, solve_dataset
+    from ..pipeline.batch import sample_landmarks_path, solve_dataset
 
     with tempfile.TemporaryDirectory(prefix="wuji-jax-warmup-") as tmp:
         solve_dataset(str(sample_landmarks_path()), f"{tmp}/sample.parquet", side="auto", plot=False, progress=False)
@@ -66,7 +66,7 @@ def warmup(gradient: bool = True, job: bool = True, out=None) -> list[tuple[str,
 
     import wuji_jax as wj
 
-    from .pipeline.batch import sample_landmarks_path
+    from ..pipeline.batch import sample_landmarks_path
 
     out = out or sys.stderr
     hand = wj.load_hand("right")
@@ -101,7 +101,7 @@ def add_warmup_command(sub) -> None:
 
 
 def _run_warmup(args) -> int:
-    from .runtime.cache import compilation_cache_dir
+    from ..runtime.cache import compilation_cache_dir
 
     folder = compilation_cache_dir()
     if folder is None:
