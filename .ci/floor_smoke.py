@@ -141,7 +141,7 @@ def numpy_tier():
     """The first wj.solve answered in numpy (its stages' jaxprs: jit(f).trace(...).jaxpr and out_info)
     while they compiled; the compiled programs give the same fit to float32 rounding."""
     from wuji_jax import tiered
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     stages = [s for s in api._STAGES.values() if isinstance(s, tiered.Tiered)]
     assert len(stages) == 2 and all(s._numpy_ok for s in stages), "the first wj.solve waited for XLA"
@@ -163,7 +163,7 @@ def frame_solver():
 
 
 def split():
-    from wuji_jax.devices import split_over_devices
+    from wuji_jax.runtime.devices import split_over_devices
 
     q, y = synthetic(512, seed=3)  # >= SPLIT_MIN_FRAMES per device: jax.shard_map over the 2 devices
     assert split_over_devices(512) is not None

@@ -174,7 +174,7 @@ DEXRET_RECORDING = Path("/work/shared/data/dexret_human_joint_right.npy")  # out
 
 def bundled_recording() -> Path:
     """The bundled MediaPipe landmarks of dex-retargeting's sample video (621 frames, MIT)."""
-    from wuji_jax.model import asset_path
+    from wuji_jax.hand.model import asset_path
 
     return asset_path("samples", "human_hand_video_landmarks.npz")
 

@@ -1,4 +1,4 @@
-"""End-to-end dataset throughput: frames per second and peak memory of ``wuji_jax.batch.solve_dataset``.
+"""End-to-end dataset throughput: frames per second and peak memory of ``wuji_jax.pipeline.batch.solve_dataset``.
 
 1. Makes a synthetic dataset of ``--frames`` frames (default 10⁶) as a memory-mapped ``.npy``
    (float32, ``(N, 21, 3)`` metres), in a child process and in chunks, never holding it in RAM:

@@ -137,7 +137,7 @@ def round_trip(hand, n):
 @functools.lru_cache(maxsize=None)
 def kernel(chunk: int):
     """The solver on device-resident inputs, chunks of ``chunk`` frames (one jit per chunk size)."""
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     def f(hand, lm, cfg):
         w, q0 = api.default_inputs(hand, lm, None, None, jnp)
@@ -159,7 +159,7 @@ def compiled(chunk: int, hand, lm, cfg):
 
 
 def variants(hand, y, chunks, run):
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
     lm = jax.device_put(jnp.asarray(y))
@@ -195,7 +195,7 @@ def parts(hand, y):
     """Where ``wj.solve``'s time goes on numpy input: the host-side checks, the transfer, the solver's
     program on inputs already on the device, the whole call (s)."""
     import wuji_jax as wj
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     med = lambda fn: timed(fn)[1]  # noqa: E731 (warm median)
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
@@ -225,7 +225,7 @@ def frame_solver(hand, frames):
 
 
 def profile(hand, y, chunk, out_dir: Path):
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
     lm = jax.device_put(jnp.asarray(y))

@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from wuji_jax.solver import CHUNK_FRAMES  # noqa: E402
+from wuji_jax.ik import CHUNK_FRAMES  # noqa: E402
 
 from _util import (  # noqa: E402
     DEXRET_RECORDING, bundled_recording, hardware_info, jit_solver, load_recording, round_trip_data,
@@ -84,7 +84,7 @@ def split_kernel(config, hand, yb: np.ndarray, rows):
     """``(hand, landmarks) → dict``: the kernel that ``wj.solve`` runs for the batch ``yb`` when it
     splits it over the devices of ``rows`` (each device solves its rows, in chunks), with weights and
     the start pose already on the devices; the landmarks must be placed with ``rows``."""
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     kernel = api.split_kernel(rows.mesh)
     w, q0 = jax.device_put(api.default_inputs(hand, yb, None, None, np), rows)
@@ -97,7 +97,7 @@ def speed_row(solver, hand, y, batch: int, repeats: int, split: bool = True, con
     as ``wj.solve`` places them: where it would split them over the local devices (``split``), its
     split kernel (:func:`split_kernel` for ``config``) is timed instead of ``solver``."""
     import wuji_jax as wj
-    from wuji_jax.devices import split_over_devices
+    from wuji_jax.runtime.devices import split_over_devices
 
     yb = np.resize(y, (batch,) + y.shape[1:])
     yb = yb.astype(np.float64 if yb.dtype == np.float64 and jax.config.jax_enable_x64 else np.float32)

@@ -1,11 +1,11 @@
-"""Peak RSS of reading a ~1 GB landmark Parquet file through wuji_jax.io.iter_chunks (issue 19).
+"""Peak RSS of reading a ~1 GB landmark Parquet file through wuji_jax.data.io.iter_chunks (issue 19).
 
     PYTHONPATH=. python benchmarks/bench_parquet_rss.py [--frames 2000000] [--keep] [--path FILE]
 
-Writes the file with wuji_jax.io.write_landmarks (the layout the reader accepts: timestamp, x0..z20
+Writes the file with wuji_jax.data.io.write_landmarks (the layout the reader accepts: timestamp, x0..z20
 float64 columns, pyarrow's default row groups) in a subprocess, then reads it fully in a fresh
 subprocess and prints that subprocess's peak RSS (resource.getrusage(RUSAGE_SELF).ru_maxrss) next to
-its RSS right after ``import wuji_jax.io`` (which does not load JAX). The file is deleted afterwards
+its RSS right after ``import wuji_jax.data.io`` (which does not load JAX). The file is deleted afterwards
 unless --keep. Results: ``benchmarks/results/parquet_rss_cpu.json``.
 """
 
@@ -30,7 +30,7 @@ io.write_landmarks(path, w, np.arange(n) / 30.0)
 READ = r"""
 import json, resource, sys, time
 import numpy as np
-import wuji_jax.io as wio
+import wuji_jax.data.io as wio
 import pyarrow.parquet  # imported up front so its own size counts in the baseline
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
@@ -81,7 +81,7 @@ def main() -> None:
 
         res.update(file_mib=size / 2**20, rows=md.num_rows, row_groups=md.num_row_groups, columns=md.num_columns,
                    peak_rss_mb=res["peak_rss_mib"] * 2**20 / 1e6, target_mb=300,
-                   reader="wuji_jax.io.iter_chunks (pyarrow iter_batches, pre_buffer=False, one thread, 64 KiB buffers, values read from the Arrow buffers: no pandas import)")
+                   reader="wuji_jax.data.io.iter_chunks (pyarrow iter_batches, pre_buffer=False, one thread, 64 KiB buffers, values read from the Arrow buffers: no pandas import)")
         print(write_json("parquet_rss", {"benchmark": "parquet_rss", "result": res, "hardware": hardware_info(),
                                          "versions": versions("pyarrow")}))
     finally:

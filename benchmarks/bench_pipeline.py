@@ -69,7 +69,7 @@ def solver_alone(data: Path, batch: int = 16384, repeats: int = 3) -> dict:
     """``wj.solve`` + ``to_inspire`` on the same frames, warm, in a child with the CLI's devices."""
     code = f"""
 import json, time, numpy as np
-from wuji_jax.devices import use_cpu_cores
+from wuji_jax.runtime.devices import use_cpu_cores
 use_cpu_cores()
 import jax, wuji_jax as wj
 lm = np.load({str(data)!r})

@@ -1,4 +1,4 @@
-"""Frames per second of ``wuji_jax.ray_cluster.solve_dataset_ray`` on a local Ray cluster (its default:
+"""Frames per second of ``wuji_jax.pipeline.ray_cluster.solve_dataset_ray`` on a local Ray cluster (its default:
 one worker holding the machine's CPUs; and one worker per CPU) against the single-process command line
 on the same data.
 
@@ -62,7 +62,7 @@ _DRIVER = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import ray
-from wuji_jax.ray_cluster import solve_dataset_ray
+from wuji_jax.pipeline.ray_cluster import solve_dataset_ray
 args = json.loads(sys.argv[1])
 ray.init(address="local", include_dashboard=False, log_to_driver=False)
 t1 = time.perf_counter()
@@ -183,7 +183,7 @@ def _max_diff(a: Path, b: Path) -> dict:
     as the CLI uses (the default on one machine), float rounding otherwise (one device per worker)."""
     import pyarrow.parquet as pq
 
-    from wuji_jax.model import load_hand
+    from wuji_jax.hand.model import load_hand
 
     cols = list(load_hand("right").joint_names)
     ta, tb = pq.read_table(a, columns=cols + ["valid"]), pq.read_table(b, columns=cols + ["valid"])
@@ -223,7 +223,7 @@ def main(argv=None) -> dict:
                         "int(sys.argv[2]), int(sys.argv[3]))", str(data), str(frames), str(args.seed)],
                        check=True, cwd=HERE, env=_env())
     small = work / "warmup.npy"
-    from wuji_jax.batch import QUICK_JOB_FRAMES
+    from wuji_jax.pipeline.batch import QUICK_JOB_FRAMES
 
     np.save(small, np.load(data, mmap_mode="r")[:QUICK_JOB_FRAMES + 1])
 

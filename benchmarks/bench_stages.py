@@ -2,8 +2,8 @@
 
 1. **Batch** (``--frames``, default 16,384 frames of dex-retargeting's recording, tiled; else the
    bundled sample): µs per frame of the two stages ``wj.solve`` runs in its chunks of
-   ``CHUNK_FRAMES`` (:func:`wuji_jax.solver.api.start_chunked`, the closed-form start, and
-   :func:`~wuji_jax.solver.api.fit_chunked`, LM and the results), the fit at ``iterations`` = 0, 1,
+   ``CHUNK_FRAMES`` (:func:`wuji_jax.ik.api.start_chunked`, the closed-form start, and
+   :func:`~wuji_jax.ik.api.fit_chunked`, LM and the results), the fit at ``iterations`` = 0, 1,
    …, the default (so the cost of one LM iteration is the step between two rows, taken between the
    fastest of the repeats: on a shared machine a median can hold a burst of others' work), and the default
    settings' histogram of iterations per frame (a chunk's loop runs until its slowest frame stops).
@@ -50,7 +50,7 @@ def _frames(n: int) -> tuple[np.ndarray, str]:
 def batch_stages(hand, y: np.ndarray, repeats: int) -> dict:
     """µs per frame of the start and of the fit at 0 … default iterations (one CPU device)."""
     import wuji_jax as wj
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     h = hand.astype(jnp.float32)
     Y = jnp.asarray(y)

@@ -2,10 +2,10 @@
 when a jaxlib no longer needs them).
 
 1. ``jnp.sum`` over a leading (non-minor) axis against the same sum written as adds of slices
-   (``wuji_jax.geometry.total``).
+   (``wuji_jax.hand.geometry.total``).
 2. A chain of dependent cheap steps (a Cholesky factorisation of 4 × 4 blocks, vectorised over
    frames): plain, each step's result forced through a reduction, and each divided by a runtime 1.0
-   (``wuji_jax.solver.lm._stored``: XLA does not duplicate a division into its consumers).
+   (``wuji_jax.ik.lm._stored``: XLA does not duplicate a division into its consumers).
 
     PYTHONPATH=. python benchmarks/bench_xla_cpu.py [--frames 2048]
 
@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from _util import time_fn  # noqa: E402
 from wuji_jax import geometry as geo  # noqa: E402
-from wuji_jax.solver import lm  # noqa: E402
+from wuji_jax.ik import lm  # noqa: E402
 
 
 def main(argv=None):

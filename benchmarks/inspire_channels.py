@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import wuji_jax as wj
-from wuji_jax.inspire import MOTOR_NAMES
+from wuji_jax.retarget.inspire import MOTOR_NAMES
 
 
 def main(argv=None):

@@ -581,7 +581,7 @@ def sec_pipeline(book: Results, detail: bool) -> str:
 
 
 def sec_parquet_rss(book: Results, detail: bool) -> str:
-    out = ["**Reading a big Parquet file**: `wuji_jax.io.iter_chunks` streams a landmark table (the chunks "
+    out = ["**Reading a big Parquet file**: `wuji_jax.data.io.iter_chunks` streams a landmark table (the chunks "
            "`wuji-jax solve` reads) in a fresh process; peak RSS of that process."]
     for r in book.of("parquet_rss"):
         g = lambda k: get(r, f"result.{k}", book)  # noqa: E731
@@ -766,7 +766,7 @@ def sec_gpu(book: Results, detail: bool) -> str:
         chk = r.data.get("check_after_summing")
         if chk:
             out.append(f"A later check in a fresh process (commit {chk['commit']}: the solver's sums as XLA reductions "
-                       f"on accelerators, `wuji_jax.geometry.summing`): first `wj.solve` (621 frames) "
+                       f"on accelerators, `wuji_jax.hand.geometry.summing`): first `wj.solve` (621 frames) "
                        f"{secs(chk.get('first_solve_621_s'))} s; solver kernel {rate(chk.get('kernel_frames_per_s'))} "
                        f"frames/s, compiled in {secs(chk.get('kernel_compile_and_first_s'))} s; `wj.solve` + "
                        f"`to_inspire` on numpy {rate(chk.get('public_solve_inspire_frames_per_s'))} frames/s; residual "
@@ -1027,9 +1027,9 @@ def fig_overlay() -> list[dict]:
     import numpy as np
 
     import wuji_jax as wj
-    from wuji_jax.model import asset_path
-    from wuji_jax.overlay import render_overlay
-    from wuji_jax.video import extract_landmarks
+    from wuji_jax.hand.model import asset_path
+    from wuji_jax.viz.overlay import render_overlay
+    from wuji_jax.data.video import extract_landmarks
 
     video = asset_path("samples", "human_hand_video.mp4")
     rec = extract_landmarks(video, progress=False)

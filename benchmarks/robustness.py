@@ -33,7 +33,7 @@ millimetres, pixels, normalised image coordinates and frames with few landmarks.
   landmarks, zero extent, implausible scale).
 
 Also reported: frames with any non-finite output field or any angle outside the limits (valid or
-not), flag counts by ``wuji_jax.solver.FLAG_NAMES``, per-kind counts, wall time; and one call with
+not), flag counts by ``wuji_jax.ik.FLAG_NAMES``, per-kind counts, wall time; and one call with
 the default ``check_units=True`` on real frames with 5 % hostile ones mixed in (it may refuse the
 batch with a ``ValueError``; if it solves, the same checks apply).
 
@@ -78,7 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util  # noqa: E402
 
 import wuji_jax as wj  # noqa: E402
-from wuji_jax.solver import FLAG_NAMES  # noqa: E402
+from wuji_jax.ik import FLAG_NAMES  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 F32_MAX = float(np.finfo(np.float32).max)
@@ -834,7 +834,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.frames is None:
         args.frames = 100_000 if args.quick else 1_000_000
-    from wuji_jax.cache import enable_compilation_cache
+    from wuji_jax.runtime.cache import enable_compilation_cache
 
     enable_compilation_cache(str(Path(args.workdir).resolve() / "cache"))
     real = real_frames()

@@ -53,7 +53,7 @@ from _util import (  # noqa: E402
 )
 
 INSPIRE_URDF = Path("inspire_hand") / "inspire_hand_right.urdf"
-# dex-retargeting's Inspire joints in wuji_jax.inspire.MOTOR_NAMES order
+# dex-retargeting's Inspire joints in wuji_jax.retarget.inspire.MOTOR_NAMES order
 DEXRET_JOINTS = ("pinky_proximal_joint", "ring_proximal_joint", "middle_proximal_joint", "index_proximal_joint",
                  "thumb_proximal_pitch_joint", "thumb_proximal_yaw_joint")
 FINGERS = 4  # the first four channels are directly comparable
@@ -175,7 +175,7 @@ def run_wuji(landmarks: np.ndarray, repeats: int):
 
 
 def agreement(a: np.ndarray, b: np.ndarray) -> list[dict]:
-    from wuji_jax.inspire import MOTOR_NAMES
+    from wuji_jax.retarget.inspire import MOTOR_NAMES
 
     rows = []
     for c, name in enumerate(MOTOR_NAMES):

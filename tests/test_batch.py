@@ -1,4 +1,4 @@
-"""``wuji_jax.batch.solve_dataset`` and ``wuji-jax solve``: streaming, resumption, sharding, bad input.
+"""``wuji_jax.pipeline.batch.solve_dataset`` and ``wuji-jax solve``: streaming, resumption, sharding, bad input.
 
 Everything runs on small chunks (64 frames) and 5 LM iterations so that the solver compiles once for
 the whole module (one fixed kernel shape); the multi-device check runs in a subprocess with four
@@ -17,9 +17,9 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import batch
-from wuji_jax.runner import kernel, store, table
+from wuji_jax.pipeline import kernel, store, table
 from wuji_jax.cli import main
-from wuji_jax.solver import FLAG_TOO_FEW_LANDMARKS, solve_rows
+from wuji_jax.ik import FLAG_TOO_FEW_LANDMARKS, solve_rows
 
 import pandas as pd  # noqa: E402
 import pyarrow  # noqa: E402,F401
@@ -142,7 +142,7 @@ def test_kernel_compiles_once_for_any_length(tmp_path, world):
 def test_text_files_are_bounded_by_their_size(tmp_path, world):
     """The bound of a file of uncounted frames (CSV, JSONL) is never below the frames it holds, even
     where each frame takes the fewest bytes the readers accept; a video has none."""
-    from wuji_jax.io import LANDMARK_COLUMNS, iter_chunks
+    from wuji_jax.data.io import LANDMARK_COLUMNS, iter_chunks
 
     tight_csv = tmp_path / "tight.csv"
     tight_csv.write_text(",".join(LANDMARK_COLUMNS) + "\n" + ("0" + "," * 62 + "\n") * 50)  # 50 frames (rows of empty fields are skipped)
@@ -176,7 +176,7 @@ def test_a_video_is_sized_by_its_stated_frame_count(tmp_path):
     the frames OpenCV decodes; a file that is no video gives none."""
     import cv2
 
-    from wuji_jax.model import asset_path
+    from wuji_jax.hand.model import asset_path
 
     video = asset_path("samples", "human_hand_video.mp4")
     cap = cv2.VideoCapture(str(video))
@@ -285,7 +285,7 @@ def test_changed_input_or_no_resume_starts_over(tmp_path, world, monkeypatch):
 
     # parts compiled with other options (another float rounding) are not reused: the options are in
     # the manifest's identity
-    from wuji_jax.cache import quick_compile_options
+    from wuji_jax.runtime.cache import quick_compile_options
 
     _kill_after(monkeypatch, 2)
     with pytest.raises(_Killed):
@@ -484,7 +484,7 @@ _MULTI = textwrap.dedent("""
     jax.config.update("jax_enable_x64", True)
     import numpy as np
     from wuji_jax import batch
-    from wuji_jax.runner import kernel
+    from wuji_jax.pipeline import kernel
     assert len(jax.local_devices()) == 4, jax.local_devices()
     # the kernel solve_dataset makes below for this job (300 frames, a small job: batches of 64 rows,
     # quick compile options), so that its program, compiled here, is the one the job runs
@@ -624,7 +624,7 @@ def test_parquet_writer_builds_its_columns_without_pandas(tmp_path):
         import json, sys
         from pathlib import Path
         import numpy as np
-        from wuji_jax.runner.table import _Writer
+        from wuji_jax.pipeline.table import _Writer
         w = _Writer(Path(sys.argv[1]))
         w.write({"source": np.array(["a.npy", "bé.npy", "a.npy"]), "frame": np.arange(3)[::-1],
                  "valid": np.array([True, False, True]), "x": np.array([0.5, np.nan, 2.0], np.float32),
@@ -661,7 +661,7 @@ def test_command_map_in_summary_and_identity(tmp_path, world, monkeypatch):
     import jax
 
     from wuji_jax import inspire as wi
-    from wuji_jax.solver import SolverConfig
+    from wuji_jax.ik import SolverConfig
 
     src = _npy(tmp_path / "tiny.npy", world[:20])
     s = batch.solve_dataset(src, tmp_path / "j.npz", **FAST)

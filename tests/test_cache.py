@@ -1,4 +1,4 @@
-"""The persistent compilation cache (``wuji_jax.cache``) and the command line's ``--cache-dir`` /
+"""The persistent compilation cache (``wuji_jax.runtime.cache``) and the command line's ``--cache-dir`` /
 ``--no-cache``.
 
 Whether compiled programs land on disk and are read back is checked in fresh Python processes (a
@@ -17,7 +17,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from wuji_jax.cache import compilation_cache_dir, default_cache_dir, enable_compilation_cache
+from wuji_jax.runtime.cache import compilation_cache_dir, default_cache_dir, enable_compilation_cache
 from wuji_jax.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def listen(event, **kw):
         counts["misses"] += 1
 jax.monitoring.register_event_listener(listen)
 
-from wuji_jax.cache import compilation_cache_dir, enable_compilation_cache
+from wuji_jax.runtime.cache import compilation_cache_dir, enable_compilation_cache
 arg = sys.argv[1] if len(sys.argv) > 1 else None
 used = enable_compilation_cache(arg)
 import jax.numpy as jnp
@@ -236,7 +236,7 @@ def test_help_documents_the_options(capsys):
 _PROGRAM_CHILD = r"""
 import json, sys
 import numpy as np
-from wuji_jax.cache import cached_program, enable_compilation_cache
+from wuji_jax.runtime.cache import cached_program, enable_compilation_cache
 enable_compilation_cache(sys.argv[1]) if sys.argv[1] != "off" else None
 import jax.numpy as jnp
 traced = []
@@ -283,7 +283,7 @@ def test_quick_compile_options(monkeypatch):
     """quick_compile_options: XLA:CPU's older fusion emitters on the CPU (this jaxlib knows the option),
     nothing for other platforms or with WUJI_JAX_QUICK_COMPILE=0; an option the jaxlib does not know
     is refused by the probe instead of failing the solver's compilation."""
-    from wuji_jax import cache
+    from wuji_jax.runtime import cache
 
     assert cache.quick_compile_options("cpu") == {"xla_cpu_use_fusion_emitters": False}
     assert cache.quick_compile_options("gpu") == {}
@@ -298,7 +298,7 @@ def test_cached_program_hands_its_options_to_xla():
     import jax.numpy as jnp
     import numpy as np
 
-    from wuji_jax.cache import cached_program, quick_compile_options
+    from wuji_jax.runtime.cache import cached_program, quick_compile_options
 
     def f(x):
         return jnp.sin(x) * 2 + x * x
@@ -319,8 +319,10 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
     import numpy as np
 
     import wuji_jax as wj
-    from wuji_jax import batch, programs, realtime
-    from wuji_jax.solver import api
+    from wuji_jax import batch
+    from wuji_jax.ik import realtime
+    from wuji_jax.runtime import programs
+    from wuji_jax.ik import api
 
     class Stop(Exception):
         pass
@@ -388,7 +390,7 @@ def test_programs_compiled_side_by_side_run_without_compiling_again(caplog):
     import jax.numpy as jnp
     import numpy as np
 
-    from wuji_jax.cache import compile_side_by_side
+    from wuji_jax.runtime.cache import compile_side_by_side
 
     def side_a(x):
         return jnp.sin(x) * 3 + 1
@@ -424,7 +426,7 @@ def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, r
     and the same batch in numpy share the programs."""
     import numpy as np
 
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     made = []
 
@@ -463,8 +465,8 @@ def test_the_start_stage_is_kept_as_a_program(tmp_path, monkeypatch, right):
     import jax.export
     import numpy as np
 
-    from wuji_jax import cache
-    from wuji_jax.solver import api
+    from wuji_jax.runtime import cache
+    from wuji_jax.ik import api
 
     monkeypatch.setattr(cache, "compilation_cache_dir", lambda: str(tmp_path))
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)

@@ -1,4 +1,4 @@
-"""The user's paths, end to end: every verb reads what the others write (``wuji_jax.tables``).
+"""The user's paths, end to end: every verb reads what the others write (``wuji_jax.cli.tables``).
 
 ``solve`` → ``inspire`` → ``view`` → ``pose`` on each output format of ``solve`` (Parquet, npz, CSV), and
 ``inspire --landmarks`` on the bundled sample, through ``wuji_jax.cli.main``; then the readers
@@ -21,9 +21,9 @@ matplotlib.use("Agg")
 import wuji_jax as wj  # noqa: E402
 from wuji_jax import inspire as wi  # noqa: E402
 from wuji_jax import io as wio  # noqa: E402
-from wuji_jax.batch import output_columns, sample_landmarks_path  # noqa: E402
+from wuji_jax.pipeline.batch import output_columns, sample_landmarks_path  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
-from wuji_jax.tables import read_angles, read_landmarks  # noqa: E402
+from wuji_jax.cli.tables import read_angles, read_landmarks  # noqa: E402
 
 FORMATS = ("parquet", "npz", "csv")
 SOLVE_OPTS = ["--chunk-size", "64", "--iterations", "5", "--quiet", "--no-plot", "--command-map", "joint_map"]

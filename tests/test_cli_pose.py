@@ -12,7 +12,7 @@ import matplotlib  # noqa: E402  (the test extra installs it)
 matplotlib.use("Agg")
 
 from wuji_jax.cli import main  # noqa: E402
-from wuji_jax.poses import POSES  # noqa: E402
+from wuji_jax.hand.poses import POSES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ZEROS = ",".join(["0"] * 20)

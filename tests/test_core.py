@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax.chains import chain_params, chains_of, coupled_rows, fk, fk_variables, link_angles
+from wuji_jax.hand.chains import chain_params, chains_of, coupled_rows, fk, fk_variables, link_angles
 from seed_table import LOWER, UPPER, reference_keypoints
 
 B = 48
@@ -114,7 +114,7 @@ def test_the_lm_loop_holds_the_only_keypoint_and_jacobian_evaluation(right):
     kinematics with Jacobian before the loop: what the solver traces outside its loop stays small
     (a copy there made 866 equations and 0.5 s more compilation of the 64-frame fit program). The
     counts stay right: iteration 0 is not an iteration, and one iteration is one."""
-    from wuji_jax.solver import api, lm
+    from wuji_jax.ik import api, lm
 
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float64)
 
@@ -162,7 +162,7 @@ def test_package_uses_public_jax_only():
 
 
 def test_package_map_resolves_and_the_data_readers_load_without_jax():
-    """Every name in ``wj.__all__`` resolves to the object its module defines; ``import wuji_jax.io``
+    """Every name in ``wj.__all__`` resolves to the object its module defines; ``import wuji_jax.data.io``
     (reading datasets) and ``wuji_jax.__version__`` do not load JAX (a bounded-memory reader)."""
     import importlib
     import subprocess
@@ -175,7 +175,7 @@ def test_package_map_resolves_and_the_data_readers_load_without_jax():
     assert set(wj.__all__) <= set(dir(wj))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         wj.nope  # noqa: B018
-    code = ("import sys, wuji_jax, wuji_jax.io, wuji_jax.tables; v = wuji_jax.__version__; "
+    code = ("import sys, wuji_jax, wuji_jax.data.io, wuji_jax.cli.tables; v = wuji_jax.__version__; "
             "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
@@ -184,7 +184,7 @@ def test_package_map_resolves_and_the_data_readers_load_without_jax():
 def test_non_finite_fits_are_flagged_not_reported_valid(right):
     """Frames with coordinates near float32 overflow inside a normal batch: flagged, not valid, angles
     at the (finite, within-limits) start pose; the other frames are solved as alone."""
-    from wuji_jax.solver import FLAG_NOT_FINITE
+    from wuji_jax.ik import FLAG_NOT_FINITE
 
     rng = np.random.default_rng(6)
     q = rng.uniform(LOWER + 0.02, UPPER - 0.02, size=(8, 20))

@@ -19,7 +19,7 @@ import pytest
 import wuji_jax as wj
 from wuji_jax import batch
 from wuji_jax.cli import main
-from wuji_jax.solver import FLAG_DEGENERATE, FLAG_NOT_FINITE
+from wuji_jax.ik import FLAG_DEGENERATE, FLAG_NOT_FINITE
 
 from test_batch import FAST, _Killed, _kill_after, _npy, world  # noqa: F401 (world: a fixture)
 
@@ -303,7 +303,7 @@ def test_fifo_symlink_loop_and_foreign_jsonl_are_one_line_errors(tmp_path, capsy
 
 
 def test_normalised_image_coordinates_with_depth_are_named(world):
-    from wuji_jax.landmarks import unit_problem
+    from wuji_jax.hand.landmarks import unit_problem
 
     img = world[:50, :, :].copy()  # a hand-shaped cloud moved into [0, 1] with depth relative to the wrist
     img[..., :2] = 0.5 + img[..., :2]

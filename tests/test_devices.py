@@ -95,9 +95,9 @@ def test_big_batches_split_over_devices_and_chunks_give_the_same_answer():
 
 def test_chunk_sizes_per_platform():
     """CPU solves chunks of CHUNK_FRAMES (the LM state stays in cache); accelerators chunks of
-    ACCELERATOR_CHUNK_FRAMES; the solver's names are the policy's (wuji_jax.programs)."""
-    from wuji_jax import programs
-    from wuji_jax.solver import api
+    ACCELERATOR_CHUNK_FRAMES; the solver's names are the policy's (wuji_jax.runtime.programs)."""
+    from wuji_jax.runtime import programs
+    from wuji_jax.ik import api
 
     assert api.chunk_frames("cpu") == api.CHUNK_FRAMES == programs.CHUNK_FRAMES == 128
     assert api.chunk_frames("gpu") == api.chunk_frames("tpu") == api.ACCELERATOR_CHUNK_FRAMES == 65536

@@ -1,5 +1,5 @@
 """Derivatives through :func:`wuji_jax.solve`: the exact implicit-function derivative of the fit
-(:mod:`wuji_jax.solver.adjoint`), checked against central differences of a tightly converged float64
+(:mod:`wuji_jax.ik.adjoint`), checked against central differences of a tightly converged float64
 solve on noisy real frames (two recordings, frames with joints held at a limit among them), jvp
 against vjp, and a model leaf."""
 

@@ -1,4 +1,4 @@
-"""Inspire hand layer (wuji_jax.inspire): mapping, calibration, payloads, streams, CLI.
+"""Inspire hand layer (wuji_jax.retarget.inspire): mapping, calibration, payloads, streams, CLI.
 
 The closure measures are re-typed here from the documented formula (module docstring), as an
 independent reference for the library's vectorised kernel.
@@ -17,7 +17,7 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import inspire as wi
-from wuji_jax.poses import named_pose
+from wuji_jax.hand.poses import named_pose
 
 FINGERS = {"little": (16, 18, 19), "ring": (12, 14, 15), "middle": (8, 10, 11), "fore": (4, 6, 7)}
 FLEXION = [0, 2, 3, 4, 6, 7, 8, 10, 11, 12, 14, 15, 16, 18, 19]  # every joint but the four finger abductions + thumb abd
@@ -512,7 +512,7 @@ def test_write_command_stream(tmp_path):
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_cli_angles_to_stream(tmp_path, side, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     q = np.stack([named_pose("open")] * 3 + [named_pose("fist")] * 30)
     np.savez(tmp_path / "take.npz", angles=q, timestamps=np.arange(33) / 100)
@@ -539,7 +539,7 @@ def test_cli_angles_to_stream(tmp_path, side, capsys):
 
 
 def test_cli_reference_calibration_and_errors(tmp_path, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     user_open = np.full(20, 0.1)
     user_fist = 0.7 * named_pose("fist")
@@ -589,7 +589,7 @@ def test_poses_solved_back_from_landmarks(side):
 
 
 def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     q = np.stack([named_pose("open"), named_pose("fist")])
     np.save(tmp_path / "lm.npy", np.asarray(wj.forward_keypoints(right, jnp.asarray(q))))
@@ -606,7 +606,7 @@ def test_cli_solves_landmarks_on_the_way(tmp_path, right, capsys):
 
 def _cli_error(argv) -> str:
     """The CLI's error for ``argv``: a ValueError (the main CLI's UsageError, exit 2) of one line."""
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     with pytest.raises(ValueError) as e:
         inspire_cli.main(argv)
@@ -646,7 +646,7 @@ def test_cli_refuses_angles_far_outside_joint_limits(tmp_path, right):
     ok[2] = lo - 0.3
     np.save(tmp_path / "ok.npy", ok)
     out = tmp_path / "ok.jsonl"
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     assert inspire_cli.main(["inspire", "--command-map", "joint_map", "--angles", str(tmp_path / "ok.npy"), "-o", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 6
@@ -689,7 +689,7 @@ def _save(path, arr):
 
 
 def test_cli_timestamps_fit_ros_stamps(tmp_path, capsys):
-    from wuji_jax import inspire_cli
+    from wuji_jax.cli import inspire_cli
 
     q = np.stack([named_pose("open")] * 4)
     take = str(_save(tmp_path / "take.npy", q))
@@ -779,9 +779,9 @@ def test_nan_angles_never_look_like_commands(right):
 def test_default_hand_first_built_under_jit(monkeypatch):
     # the cached default model must not be built (and cached) as tracers by a first call inside jit;
     # an empty model cache makes this the process's first load_hand
-    import wuji_jax.model
+    import wuji_jax.hand.model
 
-    monkeypatch.setattr(wuji_jax.model, "_CACHE", {})
+    monkeypatch.setattr(wuji_jax.hand.model, "_CACHE", {})
     wi._default_hand.cache_clear()
     c = jax.jit(lambda x: wi.to_inspire(x))(jnp.asarray(named_pose("open")))  # a new function: traced now
     np.testing.assert_allclose(np.asarray(c)[:5], 1.0)

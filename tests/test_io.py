@@ -1,4 +1,4 @@
-"""wuji_jax.io: every input format round-trips, bad input gives one line naming the file, results
+"""wuji_jax.data.io: every input format round-trips, bad input gives one line naming the file, results
 open in pandas. The catalogue of bad inputs (issue 5) is ``BAD_INPUTS`` below."""
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def test_landmark_columns_named_as_mediapipe_names_them(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from wuji_jax.landmarks import LANDMARK_NAMES
+    from wuji_jax.hand.landmarks import LANDMARK_NAMES
 
     w = _hand(3)
     styles = [lambda n, i, a: f"{n}.{a}", lambda n, i, a: f"{n.lower()}_{a}",
@@ -236,7 +236,7 @@ def test_mediapipe_world_landmark_names_are_read(tmp_path):
     read as ``landmarks``; their frames are counted ahead from the headers as ``landmarks``' are."""
     import h5py
 
-    from wuji_jax.batch import count_frames
+    from wuji_jax.pipeline.batch import count_frames
 
     w = _hand(4)
     t = np.arange(4) / 30.0
@@ -302,7 +302,7 @@ def test_a_json_file_is_read_whole_up_to_a_limit(tmp_path, monkeypatch):
 def test_a_table_of_solved_angles_is_named_as_such(tmp_path):
     """``wuji-jax solve``'s own output given back to it as landmarks (it has ``wrist_x`` … columns,
     which also spell landmark 0): named, with the commands that read it."""
-    from wuji_jax.batch import output_columns
+    from wuji_jax.pipeline.batch import output_columns
 
     cols = output_columns()
     (tmp_path / "angles.csv").write_text(",".join(cols) + "\n" + ",".join(["0"] * len(cols)) + "\n")

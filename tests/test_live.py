@@ -23,7 +23,7 @@ pytest.importorskip("mediapipe")
 pytest.importorskip("rosbags")
 
 from wuji_jax import live  # noqa: E402
-from wuji_jax.live_outputs import JsonlOutput, Rosbag2Output, UdpOutput  # noqa: E402
+from wuji_jax.pipeline.live_outputs import JsonlOutput, Rosbag2Output, UdpOutput  # noqa: E402
 
 VIDEO = Path(__file__).resolve().parents[1] / "assets" / "samples" / "human_hand_video.mp4"
 TOPIC = "/inspire_hand/ctrl/right_hand"

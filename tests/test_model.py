@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax.model import mirror_urdf, parse_urdf, urdf_path
+from wuji_jax.hand.model import mirror_urdf, parse_urdf, urdf_path
 from seed_table import LOWER, UPPER
 
 SEED_ORDER = (

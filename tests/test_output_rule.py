@@ -1,4 +1,4 @@
-"""The one output rule (``wuji_jax.outputs``) held by every verb, and the strict readers (issue 48).
+"""The one output rule (``wuji_jax.data.outputs``) held by every verb, and the strict readers (issue 48).
 
 Each verb is asked to write over one of its inputs under every spelling of the path (the same path,
 relative and absolute, ``sub/../``, a symbolic link, a hard link, a glob written ``./g/*``): it must
@@ -27,11 +27,11 @@ matplotlib.use("Agg")
 
 import wuji_jax as wj  # noqa: E402
 from wuji_jax import io as wio  # noqa: E402
-from wuji_jax import outputs  # noqa: E402
+from wuji_jax.data import outputs  # noqa: E402
 from wuji_jax.cli import main  # noqa: E402
-from wuji_jax.poses import named_pose  # noqa: E402
-from wuji_jax.runner.store import OutputLock  # noqa: E402
-from wuji_jax.tables import read_angles  # noqa: E402
+from wuji_jax.hand.poses import named_pose  # noqa: E402
+from wuji_jax.pipeline.store import OutputLock  # noqa: E402
+from wuji_jax.cli.tables import read_angles  # noqa: E402
 
 HAND = wj.load_hand("right")
 
@@ -58,7 +58,7 @@ def _angle_csv(path: Path, n: int = 4) -> Path:
 
 
 def _landmarks(n: int = 8) -> np.ndarray:
-    from wuji_jax.batch import sample_landmarks_path
+    from wuji_jax.pipeline.batch import sample_landmarks_path
 
     with np.load(sample_landmarks_path()) as z:
         return np.asarray(z["world"][:n], np.float64)
@@ -152,12 +152,12 @@ def test_overlay_refuses_its_video_before_any_work(in_tmp, capsys, monkeypatch):
     def no_work(*a, **k):  # the refusal comes before the landmarks are extracted
         raise AssertionError("extract_landmarks called")
 
-    monkeypatch.setattr("wuji_jax.video.extract_landmarks", no_work)
+    monkeypatch.setattr("wuji_jax.data.video.extract_landmarks", no_work)
     for label, out in _spellings(_fresh(in_tmp, "o.mp4"), video, "o.mp4"):
         assert "both an input and an output" in _error(capsys, 1, ["overlay", video, "-o", out]), label
     assert "not '.avi'" in _error(capsys, 2, ["overlay", video, "-o", "o.avi"])
     assert _digest(video) == before
-    from wuji_jax.overlay import render_overlay
+    from wuji_jax.viz.overlay import render_overlay
 
     with pytest.raises(ValueError, match="both an input and an output"):
         render_overlay(video, None, None, video)
@@ -227,7 +227,7 @@ def test_a_full_disk_leaves_the_previous_file(in_tmp, capsys, monkeypatch, verb)
 
 
 def test_a_full_disk_while_the_plot_is_written_leaves_no_picture(tmp_path, monkeypatch):
-    from wuji_jax.runner.table import plot_angles
+    from wuji_jax.pipeline.table import plot_angles
 
     sample = [{"row": np.arange(5), "t": np.arange(5) / 10.0, "angles": np.zeros((5, 20)),
                "residual_mm": np.ones(5), "joint_names": HAND.joint_names}]
@@ -351,7 +351,7 @@ def test_deeply_nested_calibration_is_one_line(tmp_path, capsys):
 
 
 def _flagged_table(path: Path, flags, valid=None):
-    from wuji_jax.solver import FLAG_NAMES  # noqa: F401 (the names the CLI takes)
+    from wuji_jax.ik import FLAG_NAMES  # noqa: F401 (the names the CLI takes)
 
     n = len(flags)
     q = np.stack([named_pose("open"), named_pose("fist")] * (n // 2 + 1))[:n]
@@ -365,7 +365,7 @@ def _flagged_table(path: Path, flags, valid=None):
 
 
 def test_inspire_holds_back_flagged_frames_unless_accepted(tmp_path, capsys):
-    from wuji_jax.solver import FLAG_HIGH_RESIDUAL, FLAG_MIRRORED
+    from wuji_jax.ik import FLAG_HIGH_RESIDUAL, FLAG_MIRRORED
 
     path = _flagged_table(tmp_path / "t.csv", [0, 0, FLAG_HIGH_RESIDUAL, FLAG_MIRRORED, 0, FLAG_MIRRORED])
     out = tmp_path / "c.jsonl"
@@ -445,7 +445,7 @@ def test_stale_lock_takeover_races_leave_one_holder(tmp_path):
 _RACER = """
 import sys, time, os
 from pathlib import Path
-from wuji_jax.runner.store import OutputLock
+from wuji_jax.pipeline.store import OutputLock
 out, log = Path(sys.argv[1]), sys.argv[2]
 while time.time() < float(sys.argv[3]):
     time.sleep(0.001)
@@ -490,7 +490,7 @@ def test_fps_inf_is_a_usage_error(tmp_path, capsys):
         msg = _error(capsys, 2, ["inspire", "--angles", _angle_csv(tmp_path / "q.csv"), f"--fps={v}",
                                  "-o", tmp_path / "c.jsonl"])
         assert "--fps must be a finite number > 0" in msg
-    from wuji_jax.batch import solve_dataset
+    from wuji_jax.pipeline.batch import solve_dataset
 
     with pytest.raises(ValueError, match="fps must be a finite number > 0"):
         solve_dataset(src, tmp_path / "o.npz", fps=float("inf"), progress=False)
@@ -502,7 +502,7 @@ def test_fps_inf_is_a_usage_error(tmp_path, capsys):
 def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
     import jax
 
-    from wuji_jax.cache import enable_compilation_cache
+    from wuji_jax.runtime.cache import enable_compilation_cache
 
     monkeypatch.delenv("WUJI_JAX_NO_CACHE", raising=False)
     before = jax.config.jax_compilation_cache_dir
@@ -525,7 +525,7 @@ def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_local_ray_cluster_listens_on_localhost_only():
-    from wuji_jax.ray_cluster import _connect
+    from wuji_jax.pipeline.ray_cluster import _connect
 
     import types
 

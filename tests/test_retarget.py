@@ -13,7 +13,7 @@ import pytest
 
 import wuji_jax as wj
 from wuji_jax import inspire as wi
-from wuji_jax.poses import named_pose
+from wuji_jax import named_pose
 from wuji_jax.retarget import (MOTOR_JOINTS, TIP_LINKS, InspireModelNotFound, find_inspire_urdf, inspire_link_frames,
                                inspire_tips, load_inspire_hand, openings_to_angles)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import wuji_jax as wj
-from wuji_jax.solver import FLAG_MIRRORED, FLAG_TOO_FEW_LANDMARKS
+from wuji_jax.ik import FLAG_MIRRORED, FLAG_TOO_FEW_LANDMARKS
 from seed_table import LOWER, UPPER, reference_keypoints
 
 B = 48  # one batch shape for most tests: one compilation
@@ -258,7 +258,7 @@ def test_chunks_and_the_start_between_two_programs(right):
     back, with chunks of 4 frames out of 10 (padded); start_spec announces the shapes of the start
     that the two programs pass on (hard coupling: no coupled angles carried; soft: M of them). That
     the two programs answer as the one: test_solve_inside_jit_then_eager_same_answer."""
-    from wuji_jax.solver import api
+    from wuji_jax.ik import api
 
     a = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
     b = {"x": np.arange(10, dtype=np.float32), "none": None}
@@ -300,7 +300,7 @@ def test_solve_inside_jit_then_eager_same_answer(right):
 
 def test_float32_sincos_matches_numpy():
     """The solver's own float32 sin/cos (polynomials instead of XLA's libm calls) against float64 numpy."""
-    from wuji_jax.geometry import sincos as _sincos
+    from wuji_jax.hand.geometry import sincos as _sincos
 
     x = np.concatenate([np.linspace(-3.5, 3.5, 70_001), [0.0, 1e-30, np.pi / 2, -np.pi, 7.0, -12.5]]).astype(np.float32)
     s, c = _sincos(jnp.asarray(x))
@@ -364,7 +364,7 @@ def test_take_matches_numpy_indexing():
 def test_float32_atan2_matches_numpy():
     """The solver's own float32 atan2 (one division + a polynomial) against float64 numpy: every
     quadrant, the axes, the origin, the reduction boundary |y| = tan(π/8)·|x| and wide magnitudes."""
-    from wuji_jax.geometry import atan2 as _atan2
+    from wuji_jax.hand.geometry import atan2 as _atan2
 
     rng = np.random.default_rng(0)
     n = 200_000
@@ -387,7 +387,7 @@ def test_batches_are_padded_by_at_most_one_chunk(right):
     """programs.padded_frames: powers of two below a chunk, multiples of the chunk above (never more
     than one chunk of padding); the padding does not change a frame's answer: 3 frames (padded to 4)
     give what the same frames give inside a batch of 64, and a single frame (no batch axis) too."""
-    from wuji_jax import programs
+    from wuji_jax.runtime import programs
 
     assert [programs.padded_frames(n, 128) for n in (0, 1, 2, 3, 5, 64, 65, 128, 129, 10_000)] == \
         [0, 1, 2, 4, 8, 64, 128, 128, 256, 10_112]
@@ -460,7 +460,7 @@ def test_settings_and_start_poses_are_checked(right):
 def test_unseen_fingers_and_high_residuals_are_flagged_and_not_valid(right):
     """A finger with none of its distal landmarks observed gets FLAG_UNSEEN_FINGER; it and a fit beyond
     flag_residual are not valid (valid: every finger observed and fitted within flag_residual)."""
-    from wuji_jax.solver import FLAG_HIGH_RESIDUAL, FLAG_NAMES, FLAG_UNSEEN_FINGER
+    from wuji_jax.ik import FLAG_HIGH_RESIDUAL, FLAG_NAMES, FLAG_UNSEEN_FINGER
 
     _, y, *_ = synthetic(64, seed=12)
     y = y.copy()

@@ -1,4 +1,4 @@
-"""wuji_jax.video: model lookup, MediaPipe extraction on real frames, caching, and bad videos.
+"""wuji_jax.data.video: model lookup, MediaPipe extraction on real frames, caching, and bad videos.
 
 Needs mediapipe and OpenCV (the test extra). MediaPipe's ``hand_landmarker.task`` ships with
 wuji_jax (``assets/models/``), so ``resolve_model_path`` finds it without downloading.
@@ -288,7 +288,7 @@ def test_model_from_cache_then_package(model, no_model_anywhere, monkeypatch):
 def test_bundled_model_is_found_offline(tmp_path, monkeypatch):
     import hashlib
 
-    from wuji_jax.model import asset_path
+    from wuji_jax.hand.model import asset_path
 
     monkeypatch.delenv(video.MODEL_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))

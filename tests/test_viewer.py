@@ -1,4 +1,4 @@
-"""``wuji_jax.viewer``: the self-contained HTML page, its embedded joint table, ``wuji-jax view``, and —
+"""``wuji_jax.viz.viewer``: the self-contained HTML page, its embedded joint table, ``wuji-jax view``, and —
 in headless chromium — the page's joint list, click panel and JS forward kinematics against wuji_jax's."""
 
 import html
@@ -19,8 +19,8 @@ import matplotlib.image  # noqa: E402  (the test extra installs it)
 
 import wuji_jax as wj
 from wuji_jax.cli import main
-from wuji_jax.model import rpy_to_matrix
-from wuji_jax.viewer import _SCRIPT, viewer_data, write_viewer
+from wuji_jax.hand.model import rpy_to_matrix
+from wuji_jax.viz.viewer import _SCRIPT, viewer_data, write_viewer
 
 TOL = 1e-9  # metres: JS float64 FK against wuji_jax float64 FK (conftest enables x64)
 

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 
 import wuji_jax as wj  # noqa: E402
 from wuji_jax import viz  # noqa: E402
-from wuji_jax.poses import named_pose  # noqa: E402
+from wuji_jax.hand.poses import named_pose  # noqa: E402
 
 VIEW_TITLES = {"Front (X-Y)", "Top (X-Z)", "Side (Y-Z)"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -32,33 +32,40 @@ The map of the library (everything below is public):
 
 from typing import TYPE_CHECKING
 
+from . import _aliases
+
+_aliases.install()  # the modules' old names (wuji_jax.io, wuji_jax.solver.api, ...) as the moved modules
+
 # public name → the module that defines it. Nothing is imported until a name is first used, so
 # ``import wuji_jax.io`` (and ``wuji-jax --version``) run without loading JAX.
 _EXPORTS = {
-    "enable_compilation_cache": "cache", "calibrate": "calibration", "use_cpu_cores": "devices",
-    "LinkFrames": "kinematics", "coupled_angles": "kinematics", "forward_keypoints": "kinematics",
-    "forward_kinematics": "kinematics", "full_angles": "kinematics",
-    "LANDMARK_NAMES": "landmarks", "check_landmarks": "landmarks", "detect_side": "landmarks",
-    "HandModel": "model", "load_hand": "model", "load_urdf": "model", "mirror_urdf": "model", "urdf_path": "model",
-    "POSES": "poses", "named_pose": "poses", "FrameSolver": "realtime", "solve_sequence": "sequence",
-    "IKResult": "solver", "SolverConfig": "solver", "landmark_loss": "solver", "neutral_angles": "solver",
-    "pose_from_palm": "solver", "solve": "solver", "solve_optax": "solver",
+    "enable_compilation_cache": "runtime.cache", "calibrate": "ik.calibration", "use_cpu_cores": "runtime.devices",
+    "LinkFrames": "hand.kinematics", "coupled_angles": "hand.kinematics", "forward_keypoints": "hand.kinematics",
+    "forward_kinematics": "hand.kinematics", "full_angles": "hand.kinematics",
+    "LANDMARK_NAMES": "hand.landmarks", "check_landmarks": "hand.landmarks", "detect_side": "hand.landmarks",
+    "HandModel": "hand.model", "load_hand": "hand.model", "load_urdf": "hand.model", "mirror_urdf": "hand.model", "urdf_path": "hand.model",
+    "POSES": "hand.poses", "named_pose": "hand.poses", "FrameSolver": "ik.realtime", "solve_sequence": "ik.sequence",
+    "IKResult": "ik", "SolverConfig": "ik", "landmark_loss": "ik", "neutral_angles": "ik",
+    "pose_from_palm": "ik", "solve": "ik", "solve_optax": "ik",
 }
-_MODULES = ("geometry", "inspire", "landmarks")  # public modules in __all__
-_LAZY = ("viz", "io", "video", "batch", "viewer", "overlay", "live")  # optional extras: matplotlib, mediapipe, pyarrow
+_MODULES = {"geometry": "hand.geometry", "inspire": "retarget.inspire", "landmarks": "hand.landmarks"}  # public modules in __all__
+# optional extras (matplotlib, mediapipe, pyarrow): public modules imported on first use
+_LAZY = {"viz": "viz", "io": "data.io", "video": "data.video", "batch": "pipeline.batch", "viewer": "viz.viewer", "overlay": "viz.overlay",
+         "live": "pipeline.live"}
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from . import geometry, inspire, landmarks  # noqa: F401
-    from .cache import enable_compilation_cache  # noqa: F401
-    from .calibration import calibrate  # noqa: F401
-    from .devices import use_cpu_cores  # noqa: F401
-    from .kinematics import LinkFrames, coupled_angles, forward_keypoints, forward_kinematics, full_angles  # noqa: F401
-    from .landmarks import LANDMARK_NAMES, check_landmarks, detect_side  # noqa: F401
-    from .model import HandModel, load_hand, load_urdf, mirror_urdf, urdf_path  # noqa: F401
-    from .poses import POSES, named_pose  # noqa: F401
-    from .realtime import FrameSolver  # noqa: F401
-    from .sequence import solve_sequence  # noqa: F401
-    from .solver import (IKResult, SolverConfig, landmark_loss, neutral_angles, pose_from_palm, solve,  # noqa: F401
+    from .hand import geometry, landmarks
+    from .retarget import inspire  # noqa: F401
+    from .runtime.cache import enable_compilation_cache  # noqa: F401
+    from .ik.calibration import calibrate  # noqa: F401
+    from .runtime.devices import use_cpu_cores  # noqa: F401
+    from .hand.kinematics import LinkFrames, coupled_angles, forward_keypoints, forward_kinematics, full_angles  # noqa: F401
+    from .hand.landmarks import LANDMARK_NAMES, check_landmarks, detect_side  # noqa: F401
+    from .hand.model import HandModel, load_hand, load_urdf, mirror_urdf, urdf_path  # noqa: F401
+    from .hand.poses import POSES, named_pose  # noqa: F401
+    from .ik.realtime import FrameSolver  # noqa: F401
+    from .ik.sequence import solve_sequence  # noqa: F401
+    from .ik import (IKResult, SolverConfig, landmark_loss, neutral_angles, pose_from_palm, solve,  # noqa: F401
                          solve_optax)
 
 __version__ = "0.2.0"
@@ -78,7 +85,9 @@ def __getattr__(name):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     elif name in _MODULES or name in _LAZY:
-        value = importlib.import_module(f".{name}", __name__)
+        value = importlib.import_module(f".{_MODULES.get(name) or _LAZY[name]}", __name__)
+    elif f"{__name__}.{name}" in _aliases.ALIASES:  # an old module name: wj.solver, wj.cache, ...
+        value = importlib.import_module(_aliases.ALIASES[f"{__name__}.{name}"])
     else:
         raise AttributeError(f"module 'wuji_jax' has no attribute {name!r}")
     globals()[name] = value  # later lookups are plain attribute reads

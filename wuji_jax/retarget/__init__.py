@@ -1,5 +1,7 @@
-"""Retargeting onto robot hands whose models are read at run time (none ships with wuji_jax).
+"""Floor 3: joint angles → robot-hand commands; robot models are read at run time (none ships here).
 
+* inspire:      the Inspire RH56 hand's commands (``wj.inspire``): the joint map ``to_inspire``, the
+  task-space ``retarget``, calibration, RH56 units, ROS payloads, streams
 * inspire_hand: the Inspire hand from a URDF (a path, or the copy inside ``dexi-rs``): openings ↔
   joint angles, fingertip forward kinematics, the palm frame
 * task_space:   the task-space optimiser behind ``wuji_jax.inspire.retarget`` (``RetargetConfig``)

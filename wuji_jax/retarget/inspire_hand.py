@@ -34,8 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import geometry as geo
-from ..model import ACTIVE, FIXED, MIMIC, HandModel, load_urdf
+from ..hand import geometry as geo
+from ..hand.model import ACTIVE, FIXED, MIMIC, HandModel, load_urdf
 
 __all__ = [
     "MOTOR_JOINTS", "TIP_LINKS", "FINGER_BASE_LINKS", "InspireHand", "InspireModelNotFound", "find_inspire_urdf",
@@ -226,7 +226,7 @@ def angles_to_openings(hand: InspireHand, angles) -> jax.Array:
 def inspire_link_frames(hand: InspireHand, openings):
     """Every link frame at ``openings (*batch, 6)``: :func:`wuji_jax.forward_kinematics` of the model
     (rotations ``(*batch, L, 3, 3)``, positions ``(*batch, L, 3)``, metres, URDF root frame)."""
-    from ..kinematics import forward_kinematics
+    from ..hand.kinematics import forward_kinematics
 
     return forward_kinematics(hand.model, openings_to_angles(hand, openings))
 

@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import geometry as geo
-from ..model import FIXED
+from ..hand import geometry as geo
+from ..hand.model import FIXED
 from .inspire_hand import InspireHand, chain_points, openings_to_angles, palm_frame
 
 __all__ = ["RetargetConfig", "retarget_rows", "human_targets", "pad_points", "HUMAN_TIPS", "HUMAN_KNUCKLES"]

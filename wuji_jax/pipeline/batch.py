@@ -1,0 +1,658 @@
+"""Solve whole datasets: landmark files in, one table of joint angles out — resumable, sharded.
+
+:func:`solve_dataset` streams landmarks with :func:`wuji_jax.io.iter_chunks`, so memory stays bounded
+by the chunk size whatever the number of frames, and calls the jitted solver kernel
+(:func:`wuji_jax.solver.solve`'s ``_solve_flat``) on fixed-shape batches, so it compiles once::
+
+    from wuji_jax.batch import solve_dataset
+    summary = solve_dataset("takes/*.npy", "out/angles.parquet", side="auto")
+
+How a run is laid out
+---------------------
+* The files, in order, form one stream of frames cut into chunks of ``chunk_size`` frames; a chunk
+  may hold the end of one file and the start of the next (no padding per file). With
+  ``side="auto"`` each file's side is decided from its first chunk, and a file whose side differs
+  from the chunk it would continue starts a new chunk (a chunk is solved with one hand model).
+* Each chunk is solved in kernel batches of ``batch_size`` rows (a multiple of the device count).
+  The last batch is padded with NaN rows, which the solver flags (too few landmarks) and which are
+  dropped. Each device solves its rows of a batch in chunks of ``wuji_jax.solver.CHUNK_FRAMES``
+  frames, as :func:`wuji_jax.solve` does. ``batch_size`` defaults to the whole chunk, except for a
+  small job on CPU (at most ``QUICK_JOB_FRAMES`` frames): one solver chunk per device (256 rows on 2
+  CPU devices), a kernel without a loop over chunks, which compiles in less time (``wuji-jax solve``
+  on the bundled sample with an empty cache, chunks of 256 frames: 11.6 s with batches of 1024 rows,
+  two chunks per device). On a big job the loop costs less than the kernel calls it saves (``runner.kernel.default_batch``).
+* Every finished chunk goes to ``<out>.parts/chunk_<start>.npz`` (written to a temporary name,
+  then renamed, so a part is whole or absent). ``<out>.parts/manifest.json`` records the input's
+  identity (paths, sizes, modification times, chunk size, side, solver configuration, dtype) and
+  where each finished file lies in the stream. A run killed at any point and started again with the
+  same arguments skips the finished chunks (and does not even read files whose chunks are all
+  done); if anything in the identity differs, it starts over. The output is the same, byte for
+  byte for Parquet and CSV, as that of an uninterrupted run.
+* The table ``out`` is written in input order (``.parquet`` by row groups and ``.csv`` by rows, both
+  in :func:`wuji_jax.io.write_results`' layout, under a temporary name until it is complete; ``.npz``
+  is written whole by :func:`~wuji_jax.io.write_results`, so it needs memory for the whole table). A
+  fresh run whose inputs' frame counts are known (npy, npz, parquet, HDF5) writes it while it solves,
+  chunk by chunk, beside the parts; a resumed run, inputs of unknown length, or a file that failed
+  after some of its rows went in, concatenate the parts at the end instead. Then a plot
+  ``<stem>_plot.png`` and a summary ``<stem>_summary.json`` are written next to it and the parts
+  are deleted (``keep_parts=True`` keeps them).
+* Measured end to end (``benchmarks/bench_batch.py``, 10⁶ synthetic frames, the solver of that time:
+  20 LM iterations from a neutral start, float32,
+  Parquet out, compilation excluded): 3.6k frames/s on 2 shared CPU cores with a peak RSS of
+  0.93 GiB (anonymous memory +0.1 GiB over the run, the same for 2·10⁵ frames); 122k frames/s on
+  one H200 with ``chunk_size=65536``.
+
+Columns of the output (one row per input frame, in input order)
+---------------------------------------------------------------
+``frame`` (index within its file), ``timestamp`` (s; NaN where the file has none), ``source``
+(the file), ``side``; the 20 joint angles named by joint (``thumb_cmc_flex`` … ``pinky_dip``,
+radians, seed ID order) and ``thumb_cmc_rot`` (the coupled thumb rotation, radians); the wrist
+pose, model wrist frame → input frame: ``wrist_qw, wrist_qx, wrist_qy, wrist_qz`` (unit
+quaternion, w ≥ 0) and ``wrist_x, wrist_y, wrist_z`` (metres); ``scale`` (hand size relative to
+the model); ``residual_mm`` (RMS landmark distance); ``valid``, ``converged``, ``fit_flags``
+(bit set of ``wuji_jax.solver.FLAG_*``; called ``flags`` in 0.1, which pandas' ``DataFrame.flags``
+hides); and, with ``inspire=True``, the six Inspire channels
+``inspire_little`` … ``inspire_thumb_rotation`` (opening fraction, 1 = open).
+
+``valid`` says the angles can be used (enough landmarks, a finite fit, a plausible scale);
+``converged`` says more: Levenberg–Marquardt stopped because its predicted decrease fell below
+``tolerance``·cost, not because it reached ``iterations``. A valid frame that did not converge is
+still a good fit where its residual is low (on the bundled recording about 3/4 of the frames
+converge within the default 5 iterations, and the residual p95 is under 10 mm).
+
+Bad frames (NaN, no hand, too few landmarks, implausible fits) are solved anyway, flagged, and kept.
+A bad file (unreadable, wrong shape, wrong units) raises a one-line ``ValueError`` naming it; with
+``on_error="skip"`` the message goes to the summary's ``errors`` and the other files go on (rows of a
+file that failed part-way are dropped from the output).
+
+Several devices
+---------------
+Each kernel batch is placed on a 1-D :class:`jax.sharding.Mesh` over ``devices`` (default
+``jax.local_devices()``) with ``NamedSharding(mesh, PartitionSpec("frames"))``; the jitted solver
+then runs SPMD, each device solving its slice of the frames (the hand model and settings are
+replicated). Results equal the one-device results to float rounding.
+
+Several hosts: start one process per host, call :func:`jax.distributed.initialize` first, and let
+each process solve its own share of the files into its own output (the frames are independent, so
+no cross-host communication is needed)::
+
+    import glob, jax
+    from wuji_jax.batch import solve_dataset
+    jax.distributed.initialize()          # coordinator address etc. from the environment / args
+    files = sorted(glob.glob("/data/takes/*.parquet"))
+    mine = files[jax.process_index()::jax.process_count()]
+    solve_dataset(mine, f"/out/angles_{jax.process_index():03d}.parquet", devices=jax.local_devices())
+
+then concatenate the per-process tables (``pandas.concat``); each process resumes independently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..data import io as wio
+from .kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job
+from .interrupts import DeferredInterrupt
+from .reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
+from ..data.outputs import strict_json
+from .store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_ok,
+                           remove_stale_temporaries, run_identity, write_part)
+from .table import Assembler, finish_table, import_writers, plot_angles
+
+__all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_CHUNK_SIZE", "QUICK_JOB_FRAMES"]
+
+DEFAULT_CHUNK_SIZE = 4096
+SAMPLE_NAME = "human_hand_video_landmarks.npz"
+
+
+def sample_landmarks_path() -> Path:
+    """The bundled sample recording (621 frames of a right hand, MediaPipe world landmarks, metres)."""
+    from ..hand.model import asset_path
+
+    return asset_path("samples", SAMPLE_NAME)
+
+
+def output_columns(hand=None, inspire: bool = True) -> list[str]:
+    """The output table's column names, in order (see the module docstring for units)."""
+    from ..retarget.inspire import MOTOR_NAMES
+    from ..hand.model import load_hand
+
+    hand = hand or load_hand("right")
+    cols = ["frame", "timestamp", "source", "side", *hand.joint_names, *hand.mimic_names,
+            "wrist_qw", "wrist_qx", "wrist_qy", "wrist_qz", "wrist_x", "wrist_y", "wrist_z",
+            "scale", "residual_mm", "valid", "converged", "fit_flags"]
+    if inspire:
+        cols += [f"inspire_{m}" for m in MOTOR_NAMES]
+    return cols
+
+
+# --------------------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    """``frames done/total, %, frames/s, ETA`` on stderr; in place on a terminal, else every ~10 s.
+
+    Until the first chunk is solved the line says the solver is being compiled (tens of seconds the
+    first time on a machine, a second or two from the compilation cache); the rate counts from the
+    first solved chunk on, so it is the solving rate, not diluted by the compilation."""
+
+    def __init__(self, total: int | None, enabled: bool, stream=None):
+        self.total, self.enabled = total, enabled
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.t0 = time.perf_counter()
+        self.last = -math.inf if self.tty else self.t0  # logs: a first line after 10 s, not at once
+        self.done = 0
+        self.solved = 0  # frames solved by this run (resumed ones are not counted in the rate)
+        self.closed = False
+        self.shown: tuple | None = None
+        self.first: tuple | None = None  # (time, solved) when the first chunk was solved
+
+    def compiling(self):
+        """Say that the solver is being compiled (before the first chunk's results)."""
+        if self.enabled:
+            line = ("compiling the solver (first use on this machine: ~5-20 s; later runs load it from "
+                    "the cache)...")
+            self.stream.write(("\r" + line.ljust(78)) if self.tty else line + "\n")
+            self.stream.flush()
+
+    def update(self, done: int, solved: int, force: bool = False):
+        self.done, self.solved = done, solved
+        now = time.perf_counter()
+        if not self.enabled or (not force and now - self.last < (0.25 if self.tty else 10.0)):
+            return
+        if force and self.shown == (done, solved):
+            return
+        self.last, self.shown = now, (done, solved)
+        el = now - self.t0
+        if self.first is None and solved:
+            self.first = (now, solved)
+        if self.first is not None and now > self.first[0] and solved > self.first[1]:
+            rate = (solved - self.first[1]) / (now - self.first[0])
+        else:
+            rate = solved / el if el > 0 else 0.0
+        parts = [f"solve {done:,}" + (f"/{self.total:,} frames {100 * done / max(self.total, 1):5.1f}%"
+                                      if self.total else " frames")]
+        parts.append(f"{rate:,.0f} frames/s")
+        if self.total and rate > 0 and done < self.total:
+            parts.append(f"ETA {_hms((self.total - done) / rate)}")
+        parts.append(f"elapsed {_hms(el)}")
+        line = "  ".join(parts)
+        if self.tty:
+            self.stream.write("\r" + line.ljust(78))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self, ok: bool = True):
+        """The final line (``ok``), or just end the line in place when stopping on an error."""
+        if self.enabled and not self.closed:
+            self.closed = True
+            if ok:
+                self.update(self.done, self.solved, force=True)
+            if self.tty and self.shown is not None:
+                self.stream.write("\n")
+                self.stream.flush()
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+# ------------------------------------------------------------------------------------ the chunks
+
+
+@dataclasses.dataclass
+class _Chunk:
+    """Frames gathered for the part that starts at stream position ``start``."""
+
+    start: int
+    side: str
+    source: list = dataclasses.field(default_factory=list)  # (m,) file index arrays
+    frame: list = dataclasses.field(default_factory=list)  # (m,) frame-in-file arrays
+    time: list = dataclasses.field(default_factory=list)
+    world: list = dataclasses.field(default_factory=list)
+    n: int = 0
+
+    def add(self, src: int, frame0: int, world: np.ndarray, t: np.ndarray):
+        m = world.shape[0]
+        self.source.append(np.full(m, src, np.int32))
+        self.frame.append(frame0 + np.arange(m, dtype=np.int64))
+        self.time.append(np.asarray(t, np.float64))
+        self.world.append(world)
+        self.n += m
+
+
+# ----------------------------------------------------------------------------------- the dataset
+
+
+def solve_dataset(
+    source: Any,
+    out: str | os.PathLike,
+    side: str = "right",
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    resume: bool = True,
+    progress: bool = True,
+    devices: Sequence[Any] | int | None = None,
+    inspire: bool = True,
+    iterations: int | None = None,
+    *,
+    on_error: str = "raise",
+    config=None,
+    batch_size: int | None = None,
+    check_units: bool = True,
+    fps: float | None = None,
+    plot: bool = True,
+    keep_parts: bool = False,
+    max_frames: int | None = wio.MAX_FRAMES,
+    command_map: str = "joint_map",
+    inspire_urdf: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Solve every frame of one or several landmark files into one table (see the module docstring).
+
+    Args:
+        source: a path, glob, folder or a list of these (any format :func:`wuji_jax.io.iter_chunks`
+            reads; landmarks ``(N, 21, 3)`` in metres).
+        out: the table to write: ``.parquet``, ``.npz`` or ``.csv``. Also written: ``<stem>_plot.png``
+            and ``<stem>_summary.json`` next to it; ``<out>.parts/`` while running.
+        side: ``"right"``, ``"left"`` or ``"auto"`` (decided per file from its first chunk).
+        chunk_size: frames per part (the unit of resumption and of memory use).
+        resume: reuse finished parts of an interrupted run with the same inputs and settings;
+            False starts over.
+        progress: a progress line on stderr.
+        devices: the devices to shard each batch over (default ``jax.local_devices()``), or a count
+            (the first that many local devices).
+        inspire: add the six Inspire channels.
+        iterations: LM iterations (default: :class:`~wuji_jax.solver.SolverConfig`'s).
+        on_error: ``"raise"`` stops at the first bad file; ``"skip"`` records it and goes on.
+        config: a :class:`~wuji_jax.solver.SolverConfig` (``iterations`` overrides its count).
+        batch_size: rows per kernel call (rounded up to a multiple of the device count); default
+            the whole chunk, or ``CHUNK_FRAMES`` (128) per device for a job of at most
+            :data:`QUICK_JOB_FRAMES` frames on CPU.
+        check_units: reject a file whose first frames do not look like metres.
+        fps: frame rate for files without timestamps (else their timestamps are NaN).
+        plot: draw the angles and residual over time (skipped with a note without matplotlib).
+        keep_parts: keep ``<out>.parts/`` after writing ``out``.
+        command_map: how the Inspire channels are made from the angles: ``"joint_map"``
+            (:func:`wuji_jax.inspire.to_inspire`, the default), ``"retarget"``
+            (:func:`wuji_jax.inspire.retarget`, computed in the solver's program; an
+            :class:`~wuji_jax.inspire.InspireModelNotFound` without a model), or ``"auto"``: the retarget
+            where an Inspire model is found, else the joint map (the summary's ``command_map_note`` says
+            why).
+        inspire_urdf: the Inspire URDF for the retarget (default: the copies inside an installed
+            ``dexi-rs``, one per side).
+        max_frames: the most frames one file may hold (:data:`wuji_jax.io.MAX_FRAMES`, ten million,
+            by default; ``None``: no limit): a file declaring more is that file's error, so that a
+            tiny hostile file cannot start unbounded work.
+
+    Returns:
+        a summary dict (written as strict JSON: ``null`` for a missing number): ``frames`` (rows
+        written), ``flagged`` (nonzero flags), ``flag_counts`` (rows per flag name), ``valid``,
+        ``residual_mm_mean`` / ``residual_mm_median`` (over valid frames), ``frames_per_second``
+        (frames solved by this call / wall time, compilation included), ``wall_seconds``,
+        ``solved_frames``, ``resumed_frames``, ``files``, ``errors``, ``notes``, ``devices``,
+        ``output``, ``plot``, ``summary``; ``command_map`` (``"retarget"``, ``"joint_map"``, or None
+        without the Inspire channels), ``command_map_note`` and ``inspire_urdf`` (``{side: path}`` of the
+        retarget's models, else None).
+
+    Raises:
+        ValueError: bad arguments, or (``on_error="raise"``) a bad file — one line naming it.
+        ImportError: Parquet output without pyarrow.
+    """
+    import jax
+
+    from ..ik import SolverConfig
+
+    t_start = time.perf_counter()
+    if side not in ("right", "left", "auto"):
+        raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    fps = wio.check_fps(fps)
+    chunk_size = int(chunk_size)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    config = config or SolverConfig()
+    if iterations is not None:
+        if int(iterations) < 1:
+            raise ValueError(f"iterations must be >= 1, got {iterations}")
+        config = dataclasses.replace(config, iterations=int(iterations))
+    out = out_path(out)
+
+    if devices is None:
+        devices = jax.local_devices()
+    elif isinstance(devices, int) and not isinstance(devices, bool):
+        local = jax.local_devices()
+        if not 1 <= devices <= len(local):
+            raise ValueError(f"devices={devices}: this process has {len(local)} local device(s)")
+        devices = local[:devices]
+    devices = list(devices)
+    if not devices:
+        raise ValueError("devices is empty")
+    nd = len(devices)
+    dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
+
+    files = wio.expand_sources(source)
+    check_outputs(source, files, out)
+    counts = [count_frames(f) for f in files]  # the headers, read once
+    total, most = total_frames(counts), most_frames(files, counts)
+    if batch_size is None:
+        batch_size = default_batch(chunk_size, devices[0].platform, nd, most)
+    batch_size = -(-max(int(batch_size), 1) // nd) * nd
+    retarget, map_note = _inspire_models(inspire, command_map, inspire_urdf, side)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with OutputLock(out), DeferredInterrupt() as stop:
+        summary = _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
+                                batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total,
+                                quick_job(most), stop, retarget, map_note)
+    return summary
+
+
+def _inspire_models(inspire: bool, method: str, urdf, side: str) -> tuple[dict | None, str | None]:
+    """``({side: Inspire URDF}, None)`` where the run's Inspire channels come from the retarget, else
+    ``(None, note)`` (``note``: why ``"auto"`` fell back to the joint map, or None)."""
+    from ..retarget.inspire import COMMAND_MAPS, choose_command_map
+
+    if method not in ("auto",) + COMMAND_MAPS:
+        raise ValueError(f"command_map must be 'auto', 'joint_map' or 'retarget'; got {method!r}")
+    if not inspire:
+        return None, None
+    sides = ("right", "left") if side == "auto" else (side,)
+    found = {}
+    for s in sides:
+        chosen, path, note = choose_command_map(method, urdf, s)
+        if chosen != "retarget":
+            return None, note
+        found[s] = path
+    return found, None
+
+
+def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
+                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total, quick,
+                  stop: DeferredInterrupt, retarget: dict | None = None, map_note: str | None = None
+                  ) -> dict[str, Any]:
+    """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
+    the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`quick_job`;
+    ``stop``: Ctrl-C, raised between chunks, never while the solver compiles)."""
+    # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
+    # not after
+    parquet = Path(out).suffix.lower() in (".parquet", ".pq")
+    # (not a daemon, as Kernel.preload's thread: a job that fails at once waits for the imports at exit)
+    imports = threading.Thread(target=import_writers, args=(plot, parquet), name="wuji_jax-import")
+    kernel = Kernel(config, devices, batch_size, dtype, quick=quick, retarget=retarget if inspire else None)
+    if total and not (resume and Path(str(out) + ".parts").exists()):
+        # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the
+        # cache) while they are hashed and read
+        kernel.preload(inspire, imports.start if (plot or parquet) else None)
+    elif plot or parquet:
+        imports.start()
+    identity = run_identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size,
+                            kernel.options, retarget)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    remove_stale_temporaries(out)
+
+    notes: list[str] = []
+    parts_dir, manifest_path, old = open_parts(out, identity, resume, notes)
+    entries: dict[int, dict] = {int(e["index"]): e for e in old.get("files", [])} if old else {}
+    done = set()
+    for part in sorted(parts_dir.glob("chunk_*.npz")):
+        if part_ok(part, digest):
+            done.add(int(part.stem.split("_")[1]))
+        else:  # cut short (a full disk, a copy) or from another run: solved again
+            notes.append(f"{part}: damaged or not from this run's inputs; solved again")
+            part.unlink()
+    manifest = {"version": MANIFEST_VERSION, "identity": identity, "files": []}
+
+    def save_manifest():
+        manifest["files"] = [entries[i] for i in sorted(entries)]
+        atomic_json(manifest_path, manifest)
+
+    save_manifest()
+
+    def part_path(start: int) -> Path:
+        return parts_dir / f"chunk_{start:012d}.npz"
+
+    def chunks_of(a: int, b: int) -> range:
+        return range(a // chunk_size * chunk_size, b, chunk_size) if b > a else range(0)
+
+    # a fresh run of known size writes its table while it solves (no assembly from the part files at
+    # the end, unless a failed file's rows went in: then the parts are assembled without them)
+    stream = Assembler(out, [str(f) for f in files], inspire, total) if not (done or entries or total is None) \
+        else None
+
+    def save(path: Path, arrays: dict[str, np.ndarray]):
+        write_part(path, arrays)
+        if stream is not None:
+            stream.add(arrays)
+
+    bar = _Progress(total, progress)
+    stats = {"done": 0, "solved": 0, "resumed": 0, "dispatched": 0}
+    pending: list = []  # at most one dispatched chunk whose results are not written yet
+    writer = _Background(ahead=2)  # part files are written while the next chunks are solved
+
+    def finish_pending():
+        while pending:
+            chunk, outs = pending.pop(0)
+            res = kernel.collect(outs, chunk.n)
+            arrays = {"source": np.concatenate(chunk.source), "frame": np.concatenate(chunk.frame),
+                      "timestamp": np.concatenate(chunk.time), "side": np.asarray(chunk.side),
+                      "run": np.asarray(digest), **res}
+            writer.submit(save, part_path(chunk.start), arrays)
+            done.add(chunk.start)
+            stats["done"] += chunk.n
+            stats["solved"] += chunk.n
+            bar.update(stats["done"], stats["solved"])
+
+    def flush(chunk: _Chunk | None):
+        if chunk is None or chunk.n == 0:
+            return
+        world = np.concatenate(chunk.world)
+        if not stats["dispatched"] and kernel.first_use(chunk.side):
+            bar.compiling()
+        stats["dispatched"] += 1
+        outs = kernel.dispatch(chunk.side, world, inspire)  # asynchronous: solves while we write the previous one
+        chunk.world = []
+        finish_pending()
+        pending.append((chunk, outs))
+
+    pos = 0  # position in the stream (chunk k covers [k * chunk_size, (k + 1) * chunk_size))
+    cur: _Chunk | None = None
+    cur_side: str | None = None  # side of the chunk containing pos
+    errors: list[str] = []
+    try:
+        for fi, src in enumerate(files):
+            stop.check()
+            name = str(src)
+            e = entries.get(fi)
+            if e is not None and e["start"] == _align(pos, cur_side, e["side"], chunk_size) and all(
+                    k in done for k in chunks_of(e["start"], e["end"])):
+                # finished by an earlier run: skip without reading
+                pos, cur_side = e["end"], e["side"]
+                if e.get("error"):
+                    errors.append(e["error"])
+                else:
+                    stats["done"] += e["frames"]
+                    stats["resumed"] += e["frames"]
+                    notes.extend(e.get("notes", []))
+                bar.update(stats["done"], stats["solved"])
+                continue
+            file_notes: list[str] = []
+            file_side = None
+            start = pos
+            frames = 0
+            try:
+                checked = not check_units
+                for local, world, t in Prefetch(read_file(src, name, chunk_size, fps, max_frames)):
+                    stop.check()
+                    if file_side is None:
+                        file_side = side_of_file(side, world, name, file_notes)
+                        pos = _align(pos, cur_side, file_side, chunk_size)
+                        if cur is not None and cur.start != pos // chunk_size * chunk_size:
+                            flush(cur)  # a side change moved us to the next chunk
+                            cur = None
+                        start, cur_side = pos, file_side
+                    if not checked and np.isfinite(world).all(axis=(1, 2)).any():
+                        from ..hand.landmarks import unit_problem
+
+                        problem = unit_problem(world)
+                        if problem:
+                            raise FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check at the "
+                                             "command line, check_units=False in Python)")
+                        checked = True
+                    i = 0
+                    m = world.shape[0]
+                    while i < m:
+                        k0 = pos // chunk_size * chunk_size
+                        take = min(k0 + chunk_size - pos, m - i)
+                        if k0 in done:
+                            stats["done"] += take
+                            stats["resumed"] += take
+                        else:
+                            if cur is None or cur.start != k0:
+                                flush(cur)
+                                cur = _Chunk(k0, file_side)
+                            cur.add(fi, local + i, world[i:i + take], t[i:i + take])
+                        pos += take
+                        i += take
+                        frames += take
+                        if pos % chunk_size == 0 and cur is not None and cur.start == k0:
+                            flush(cur)
+                            cur = None
+                    bar.update(stats["done"], stats["solved"])
+            except FileError as err:
+                msg = str(err)
+                if on_error == "raise":
+                    raise ValueError(msg) from None
+                errors.append(msg)
+                entries[fi] = {"index": fi, "path": name, "start": start, "end": pos, "frames": frames,
+                               "side": cur_side, "error": msg}
+                save_manifest()
+                continue
+            notes.extend(file_notes)
+            entries[fi] = {"index": fi, "path": name, "start": start, "end": pos, "frames": frames,
+                           "side": file_side, "error": None, "notes": file_notes}
+            save_manifest()
+        flush(cur)
+        finish_pending()
+        writer.wait()
+        stop.check()
+    except BaseException as e:
+        writer.abandon()
+        if stream is not None:
+            stream.abort()
+        bar.close(ok=False)
+        kept = len(list(parts_dir.glob("chunk_*.npz")))
+        if not kept:  # nothing worth resuming: leave no folder behind
+            shutil.rmtree(parts_dir, ignore_errors=True)
+        elif isinstance(e, (ValueError, KeyboardInterrupt)):
+            what = "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)
+            raise type(e)(f"{what} ({kept} finished chunk{'s' if kept != 1 else ''} kept in {parts_dir}: "
+                          "the same command resumes from them)") from None
+        raise
+    bar.close()
+
+    try:
+        failed = {i for i, e in entries.items() if e.get("error")}
+        good = [e for i, e in sorted(entries.items()) if i not in failed and e["frames"] > 0]
+        if not good:
+            what = "; ".join(errors) if errors else "the inputs hold no frames"
+            shutil.rmtree(parts_dir, ignore_errors=True)
+            raise ValueError(f"nothing solved: {what}")
+        needed = sorted({k for e in entries.values() for k in chunks_of(e["start"], e["end"])})
+        missing = [k for k in needed if k not in done]
+        if missing:  # cannot happen unless parts were deleted while running
+            raise RuntimeError(f"{parts_dir}: part chunk_{missing[0]:012d}.npz is missing; run again")
+
+        n_rows = sum(e["frames"] for e in good)
+        try:  # the lock keeps other runs out; this catches anything else that touched the folder
+            on_disk = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            on_disk = None
+        if on_disk != json.loads(json.dumps(strict_json(manifest))):
+            raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
+        assembled = finish_table(stream, True, out, [part_path(k) for k in needed], failed, files, inspire,
+                                  n_rows, digest)
+    except BaseException:
+        if stream is not None:
+            stream.abort()
+        raise
+    wall = time.perf_counter() - t_start
+
+    plot_path = None
+    if plot:
+        try:
+            plot_path = plot_angles(out.with_name(out.stem + "_plot.png"), assembled["sample"], len(good) == 1)
+        except ImportError:
+            notes.append("plot skipped: matplotlib is not installed (pip install 'wuji-jax[viz]')")
+    res = assembled["residual_valid"]
+    summary = {
+        "frames": assembled["frames"], "flagged": assembled["flagged"], "valid": assembled["valid"],
+        "flag_counts": assembled["flag_counts"],
+        "residual_mm_mean": float(np.mean(res)) if res.size else None,
+        "residual_mm_median": float(np.median(res)) if res.size else None,
+        "frames_per_second": stats["solved"] / wall if wall > 0 else None,
+        "wall_seconds": wall, "solved_frames": stats["solved"], "resumed_frames": stats["resumed"],
+        "files": len(files) - len(failed), "errors": errors, "notes": notes,
+        "devices": [str(d) for d in devices], "batch_size": batch_size, "chunk_size": chunk_size,
+        "iterations": int(config.iterations), "output": str(out),
+        "plot": None if plot_path is None else str(plot_path),
+        "summary": str(out.with_name(out.stem + "_summary.json")),
+        "command_map": identity["command_map"], "command_map_note": map_note,
+        "inspire_urdf": None if not (inspire and retarget) else {k: str(v) for k, v in retarget.items()},
+    }
+    atomic_json(Path(summary["summary"]), summary)
+    if not keep_parts:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    return summary
+
+
+class _Background:
+    """One worker thread for writes, at most ``ahead`` of them outstanding (the caller waits for the
+    oldest beyond that, so memory stays bounded); a failed write is raised at the next call."""
+
+    def __init__(self, ahead: int = 2):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="wuji_jax-write")
+        self._futures: list = []
+        self._ahead = ahead
+
+    def submit(self, fn, *args):
+        self._futures = [f for f in self._futures if not (f.done() and f.result() is None)]
+        while len(self._futures) >= self._ahead:
+            self._futures.pop(0).result()
+        self._futures.append(self._pool.submit(fn, *args))
+
+    def wait(self):
+        for f in self._futures:
+            f.result()
+        self._futures = []
+        self._pool.shutdown()
+
+    def abandon(self):
+        """Stop after the write in progress (the run failed)."""
+        for f in self._futures:
+            f.cancel()
+        self._pool.shutdown(wait=True)
+
+
+def _align(pos: int, cur_side: str | None, side: str, chunk_size: int) -> int:
+    """Where a file of ``side`` starts: at ``pos``, or at the next chunk if the current one differs."""
+    if cur_side is None or cur_side == side or pos % chunk_size == 0:
+        return pos
+    return -(-pos // chunk_size) * chunk_size
+
+
