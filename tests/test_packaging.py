@@ -85,3 +85,110 @@ def test_the_modules_import_each_other_in_no_circle():
         if m not in state:
             visit(m, [])
     assert not circles, [" -> ".join(c) for c in circles]
+
+
+def _floors():
+    """``{"wuji_jax.hand": 1, "wuji_jax._aliases": 0, ...}``: the floors table of ``wuji_jax/__init__.py``'s
+    docstring (the map), one row a subpackage (``hand/``) or a top-level module (``_aliases.py``)."""
+    doc = (ROOT / "wuji_jax" / "__init__.py").read_text().split('"""')[1]
+    rows = re.findall(r"^(\d+)\s+(\w+)(/|\.py)\s", doc, re.M)
+    assert rows, "no floors table in wuji_jax/__init__.py's docstring"
+    return {"wuji_jax" if name == "__init__" else f"wuji_jax.{name}": int(floor) for floor, name, _ in rows}
+
+
+def _floor_of(module, floors):
+    """The floor of ``module`` (a module of a subpackage stands on its subpackage's floor), or None."""
+    parts = module.split(".")
+    return floors.get(".".join(parts[:2]), floors.get(module))
+
+
+def _floor_violations(imports, floors):
+    """``"a (floor 1) imports b (floor 2)"`` for every import of a higher floor. ``from wuji_jax import
+    __version__`` is no import of the map (a constant: nothing is loaded)."""
+    return sorted(f"{m} (floor {_floor_of(m, floors)}) imports {t} (floor {_floor_of(t, floors)})"
+                  for m, edges in imports.items() for t, n in edges
+                  if not (t == "wuji_jax" and n == "__version__")
+                  and _floor_of(t, floors) > _floor_of(m, floors))
+
+
+def test_every_module_stands_on_a_floor():
+    """Each module of the package belongs to one row of the floors table (a new top-level module or
+    subpackage gets a row, and with it a place in the layout)."""
+    floors = _floors()
+    homeless = sorted(m for m in _imports() if _floor_of(m, floors) is None)
+    assert not homeless, f"modules on no floor of wuji_jax/__init__.py's table: {homeless}"
+    assert set(floors.values()) == set(range(6)), floors
+
+
+def test_no_module_imports_a_higher_floor():
+    """A module imports only from its own floor or lower ones, late imports inside functions included:
+    hand/ and data/ never reach the solver, the solver never reaches retargeting, pipelines or the CLI."""
+    floors = _floors()
+    assert not _floor_violations(_imports(), floors), _floor_violations(_imports(), floors)
+    # the check itself catches a late import of ik/ in hand/ and of the CLI in the pipeline
+    probe = {"wuji_jax.hand.model": {("wuji_jax.ik.api", None)},
+             "wuji_jax.pipeline.batch": {("wuji_jax.cli", "main"), ("wuji_jax", "__version__")},
+             "wuji_jax.data.io": {("wuji_jax", None)}}
+    assert _floor_violations(probe, floors) == [
+        "wuji_jax.data.io (floor 1) imports wuji_jax (floor 5)",
+        "wuji_jax.hand.model (floor 1) imports wuji_jax.ik.api (floor 2)",
+        "wuji_jax.pipeline.batch (floor 4) imports wuji_jax.cli (floor 5)"]
+
+
+def test_the_package_imports_no_old_module_name():
+    """The old module names (``wuji_jax.io``, ``wuji_jax.solver``, ...) are for users' scripts; the
+    package's own imports name the real modules."""
+    import ast
+
+    from wuji_jax import _aliases
+
+    bad = []
+    for path in (ROOT / "wuji_jax").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        here = ".".join(parts[:-1])  # the package that a relative import starts from
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                base = here if node.level else ""
+                for _ in range(max(node.level - 1, 0)):
+                    base = base.rsplit(".", 1)[0]
+                target = ".".join(p for p in (base, node.module or "") if p)
+                names = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if _aliases.real_name(n)]
+    assert not bad, bad
+
+
+def test_old_module_names_are_the_moved_modules():
+    """Every old name imports as the real module object (monkeypatching ``wuji_jax.batch.X`` patches
+    what the code calls), in a fresh process, without importing JAX before a JAX module is asked for."""
+    import subprocess
+    import sys
+
+    from wuji_jax import _aliases
+
+    code = "\n".join([
+        "import importlib, sys",
+        "import wuji_jax as wj",
+        "assert 'jax' not in sys.modules",
+        "import wuji_jax.io, wuji_jax.tables",  # readers: still no JAX
+        "assert 'jax' not in sys.modules",
+        "from wuji_jax import _aliases",
+        "for old, new in _aliases.ALIASES.items():",
+        "    assert importlib.import_module(old) is importlib.import_module(new), old",
+        "    assert getattr(wj, old.split('.')[1]) is importlib.import_module(new), old",
+        "from wuji_jax.solver import api, FLAG_NAMES",
+        "import wuji_jax.solver.api, wuji_jax.runner.kernel",
+        "assert api is wuji_jax.solver.api is importlib.import_module('wuji_jax.ik.api')",
+        "assert wuji_jax.runner.kernel is importlib.import_module('wuji_jax.pipeline.kernel')",
+        "assert FLAG_NAMES is wj.solver.FLAG_NAMES",
+        "assert wj.batch.solve_dataset is importlib.import_module('wuji_jax.pipeline.batch').solve_dataset",
+        "assert len([f for f in sys.meta_path if type(f).__name__ == 'AliasFinder']) == 1",
+        "print('ok')",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    for old, new in _aliases.ALIASES.items():  # an alias never shadows a real module
+        path = ROOT / Path(*old.split("."))
+        assert not path.with_suffix(".py").exists() and not (path / "__init__.py").exists(), old

@@ -1,33 +1,50 @@
 """wuji_jax — the Wuji Glove WG110v12 hand in JAX.
 
-The map of the library (everything below is public):
+The map of the library. The modules stand on floors: a module imports only from its own floor or a
+lower one (late imports inside functions included; ``tests/test_packaging.py`` reads this table and
+holds it), so that a floor can be read, tested and replaced without the ones above it.
 
-* model:      ``load_hand``, ``HandModel`` (URDF → pytree), ``urdf_path``, ``mirror_urdf``
-* geometry:   rotations and vectors written once (SO(3) exp, Rodrigues, rpy, quaternions, fast trig)
-* chains:     the hand as serial chains and the one forward kinematics with Jacobian
-* kinematics: ``forward_keypoints``, ``forward_kinematics``, ``coupled_angles``, ``full_angles``
-* landmarks:  MediaPipe names/indices, ``check_landmarks``, ``detect_side``
-* solver:     ``solve``, ``solve_optax``, ``landmark_loss``, ``SolverConfig``, ``IKResult``
-              (``solver.config``, ``solver.start``, ``solver.lm``, ``solver.api``)
-* sequence / calibration: ``solve_sequence``, ``calibrate``
-* realtime:   ``FrameSolver``: one frame at a time with the least overhead (live streams; numpy out)
-* inspire:    ``wj.inspire.to_inspire`` and ROS-shaped payloads (seed 003)
-* retarget:   the Inspire hand read from its URDF at run time, and the task-space retarget behind
-              ``wj.inspire.retarget`` (``RetargetConfig``)
-* poses:      ``named_pose``, ``POSES``
-* cache:      ``enable_compilation_cache``: JAX's persistent compilation cache in one call
-* programs:   the one policy for the solver's programs: padded sizes, devices, compile options
-* devices:    ``use_cpu_cores``: one JAX CPU device per core; big batches are split over the devices
-* io / video: datasets in and out, MediaPipe extraction (extras ``formats`` / ``video``; lazy), both
-              into ``recording``'s ``LandmarkRecording``
-* batch:      ``solve_dataset``: landmark files in, one resumable table of angles out (lazy)
-* live:       ``Live``: a camera, video or stream → Inspire commands frame by frame (``wuji-jax live``;
-              ``live_outputs``: JSON lines, ROS 2 bags, UDP; extras ``video``, ``live``; lazy)
-* ray_cluster: ``solve_dataset_ray``: the same table from a Ray cluster's workers (extra ``ray``)
-* cli:        the ``wuji-jax`` command line (``inspire_cli``: its ``inspire`` verb; ``cli_common``: what both use)
-* viz:        pictures (extra ``viz``; lazy)
-* overlay:    ``render_overlay``: the input video with landmarks, the fit and Inspire bars, as MP4 (lazy)
-* viewer:     ``write_viewer``: interactive, self-contained HTML view of the kinematic tree (lazy)
+=====  ==============  =====================================================================================
+floor  where           what
+=====  ==============  =====================================================================================
+0      runtime/        how programs run, nothing about the hand: ``programs`` (the one policy for padded
+                       sizes, devices, compile options), ``cache`` (``enable_compilation_cache``: JAX's
+                       persistent compilation cache), ``devices`` (``use_cpu_cores``)
+0      _aliases.py     the modules' old names (``wuji_jax.io``, ``wuji_jax.solver.api``, ...) as the moved
+                       modules themselves
+1      hand/           the hand: ``model`` (``load_hand``, ``HandModel``: URDF → pytree, ``urdf_path``,
+                       ``mirror_urdf``), ``geometry`` (rotations and vectors written once), ``chains`` (the
+                       serial chains and the one forward kinematics with Jacobian), ``kinematics``
+                       (``forward_keypoints``, ``forward_kinematics``, ``coupled_angles``, ``full_angles``),
+                       ``landmarks`` (MediaPipe names/indices, ``check_landmarks``, ``detect_side``),
+                       ``poses`` (``named_pose``, ``POSES``)
+1      data/           data in and out, never the solver: ``recording`` (``LandmarkRecording``), ``io``
+                       (datasets in and out; extra ``formats``), ``video`` (MediaPipe extraction; extra
+                       ``video``), ``outputs`` (the one rule for every file a verb writes)
+2      ik/             landmark-fitting IK: ``solve``, ``solve_optax``, ``landmark_loss``, ``SolverConfig``,
+                       ``IKResult``, ``FLAG_*`` (``config``, ``start``, ``lm``, ``adjoint``, ``api``);
+                       ``sequence`` (``solve_sequence``), ``calibration`` (``calibrate``), ``realtime``
+                       (``FrameSolver``: one frame a call, the least overhead), ``filters`` (One-Euro)
+3      retarget/       joint angles → robot-hand commands: ``inspire`` (``wj.inspire.to_inspire``, the
+                       task-space ``retarget``, calibration, ROS-shaped payloads, RH56 units, streams),
+                       ``inspire_hand`` (the Inspire hand read from its URDF at run time), ``task_space``
+4      pipeline/       a dataset into one resumable table: ``batch`` (``solve_dataset``), ``ray_cluster``
+                       (``solve_dataset_ray``: the same table from a Ray cluster; extra ``ray``) and their
+                       parts ``kernel``, ``reading``, ``store``, ``table``, ``interrupts``; ``live``
+                       (``Live``: a camera, video or stream → Inspire commands frame by frame) and
+                       ``live_outputs`` (JSON lines, ROS 2 bags, UDP; extras ``video``, ``live``)
+4      viz/            pictures: the package itself (figures; extra ``viz``), ``overlay`` (``render_overlay``:
+                       the video with the fit, as MP4), ``viewer`` (``write_viewer``: the interactive HTML
+                       kinematic tree; its page is the package data ``viewer.html``)
+5      cli/            the ``wuji-jax`` command line: the package itself (parser and verbs), ``inspire_cli``
+                       (the ``inspire`` verb), ``live_cli`` (``live``), ``warmup``, ``tables`` (the verbs' angle and landmark
+                       readers), ``cli_common``
+5      __main__.py     ``python -m wuji_jax``
+5      __init__.py     this map: ``wj.<name>`` below, imported on first use
+=====  ==============  =====================================================================================
+
+Below the map only ``wuji_jax.__version__`` may be imported from it. ``viz``, ``io``, ``video``,
+``batch``, ``viewer``, ``overlay`` and ``live`` (optional extras) are imported on first use as ``wj.<name>``.
 """
 
 from typing import TYPE_CHECKING
@@ -43,7 +60,8 @@ _EXPORTS = {
     "LinkFrames": "hand.kinematics", "coupled_angles": "hand.kinematics", "forward_keypoints": "hand.kinematics",
     "forward_kinematics": "hand.kinematics", "full_angles": "hand.kinematics",
     "LANDMARK_NAMES": "hand.landmarks", "check_landmarks": "hand.landmarks", "detect_side": "hand.landmarks",
-    "HandModel": "hand.model", "load_hand": "hand.model", "load_urdf": "hand.model", "mirror_urdf": "hand.model", "urdf_path": "hand.model",
+    "HandModel": "hand.model", "load_hand": "hand.model", "load_urdf": "hand.model", "mirror_urdf": "hand.model",
+    "urdf_path": "hand.model",
     "POSES": "hand.poses", "named_pose": "hand.poses", "FrameSolver": "ik.realtime", "solve_sequence": "ik.sequence",
     "IKResult": "ik", "SolverConfig": "ik", "landmark_loss": "ik", "neutral_angles": "ik",
     "pose_from_palm": "ik", "solve": "ik", "solve_optax": "ik",
@@ -54,7 +72,7 @@ _LAZY = {"viz": "viz", "io": "data.io", "video": "data.video", "batch": "pipelin
          "live": "pipeline.live"}
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from .hand import geometry, landmarks
+    from .hand import geometry, landmarks  # noqa: F401
     from .retarget import inspire  # noqa: F401
     from .runtime.cache import enable_compilation_cache  # noqa: F401
     from .ik.calibration import calibrate  # noqa: F401
@@ -66,7 +84,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .ik.realtime import FrameSolver  # noqa: F401
     from .ik.sequence import solve_sequence  # noqa: F401
     from .ik import (IKResult, SolverConfig, landmark_loss, neutral_angles, pose_from_palm, solve,  # noqa: F401
-                         solve_optax)
+                     solve_optax)
 
 __version__ = "0.2.0"
 
