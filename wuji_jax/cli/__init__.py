@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cli_common import PROG, UsageError, checked_output
+from .cli_common import PROG, UsageError, add_command_map_option, checked_output
 
 __all__ = ["main", "run", "verb", "build_parser", "UsageError"]
 
@@ -443,8 +443,7 @@ def _solve_parser(sub) -> None:
     p.add_argument("--no-unit-check", action="store_true",
                    help="solve files whose landmarks do not look like metres (hand-sized, 5-40 cm) anyway")
     p.add_argument("--no-plot", action="store_true", help="do not draw the angles over time")
-    p.add_argument("--command-map", choices=("auto", "joint_map", "retarget"), default="auto",
-                   help="how the inspire_* columns are made from the angles: the task-space retarget "
+    add_command_map_option(p, "how the inspire_* columns are made from the angles: the task-space retarget "
                         "(wuji_jax.inspire.retarget) where an Inspire model is found (auto, the default; a "
                         "one-line note on stderr when none is), the joint map (wuji_jax.inspire.to_inspire), "
                         "or the retarget only (an error without a model). The summary's command_map says which")

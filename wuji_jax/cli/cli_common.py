@@ -38,3 +38,21 @@ def add_smoothing_options(parser, default: str = "none") -> None:
     parser.add_argument("--tau", type=float, default=0.05, help="exponential smoothing time constant, s (default 0.05)")
     parser.add_argument("--min-cutoff", type=float, default=1.0, help="one-euro cutoff at rest, Hz (default 1)")
     parser.add_argument("--beta", type=float, default=0.5, help="one-euro speed coefficient (default 0.5)")
+
+
+#: the environment variable that sets ``--command-map``'s default for every verb (``auto`` where unset)
+ENV_COMMAND_MAP = "WUJI_JAX_COMMAND_MAP"
+COMMAND_MAP_CHOICES = ("auto", "joint_map", "retarget")
+
+
+def add_command_map_option(p, help_text: str) -> None:
+    """``--command-map auto|joint_map|retarget``, its default ``$WUJI_JAX_COMMAND_MAP`` or ``auto``
+    (a value outside the choices is a usage error when the option is read)."""
+    import os
+
+    default = os.environ.get(ENV_COMMAND_MAP, "").strip() or "auto"
+    if default not in COMMAND_MAP_CHOICES:
+        raise UsageError(f"{ENV_COMMAND_MAP}={default!r}: give one of {', '.join(COMMAND_MAP_CHOICES)}")
+    p.add_argument("--command-map", choices=COMMAND_MAP_CHOICES, default=default,
+                   help=help_text + f" (default: ${ENV_COMMAND_MAP}, else auto)")
+

@@ -61,7 +61,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .cli_common import UsageError, add_smoothing_options, checked_output
+from .cli_common import UsageError, add_command_map_option, add_smoothing_options, checked_output
 
 __all__ = ["add_inspire_command", "run_inspire", "main"]
 
@@ -132,8 +132,7 @@ def add_inspire_command(subparsers) -> argparse.ArgumentParser:
     cal.add_argument("--reference", action="append", metavar="NAME=FILE",
                      help="reference pose angles for calibration, NAME one of open, fist, thumb_opposed "
                           "(repeat; open and fist required; same units as --degrees)")
-    p.add_argument("--command-map", choices=("auto", "joint_map", "retarget"), default="auto",
-                   help="joint angles -> commands: the task-space retarget (wuji_jax.inspire.retarget) where an "
+    add_command_map_option(p, "joint angles -> commands: the task-space retarget (wuji_jax.inspire.retarget) where an "
                         "Inspire model is found (auto, the default; a one-line note when none is), the joint "
                         "map (wuji_jax.inspire.to_inspire), or the retarget only (an error without a model)")
     p.add_argument("--urdf", metavar="FILE", default=None,

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli_common import PROG, UsageError, add_smoothing_options, checked_output
+from .cli_common import PROG, UsageError, add_command_map_option, add_smoothing_options, checked_output
 
 __all__ = ["add_live_command", "run_live"]
 
@@ -73,8 +73,7 @@ def add_live_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--on-lost", choices=("hold", "skip", "open"), default="hold",
                    help="a frame without a hand: send the last command again (hold, default), nothing (skip), "
                         "or open the hand at the rate limit (open)")
-    p.add_argument("--command-map", choices=("auto", "joint_map", "retarget"), default="auto",
-                   help="joint angles -> commands: the task-space retarget where the library and an Inspire "
+    add_command_map_option(p, "joint angles -> commands: the task-space retarget where the library and an Inspire "
                         "model are found, else the joint map (auto, default)")
     p.add_argument("--speed-ratio", type=float, default=1.0, metavar="R",
                    help="motor speed ratio in (0, 1]; commands never ask for faster travel than 0.8 s / R per "
