@@ -98,11 +98,10 @@ def run(argv: Sequence[str] | None = None) -> None:
     """The ``wuji-jax`` program (and ``python -m wuji_jax``): :func:`main`, then exit.
 
     After a successful ``solve`` (its outputs written and closed, its threads joined) the process ends
-    with ``os._exit`` once stdout, stderr and logging are flushed, skipping Python's teardown: freeing
-    JAX's compiled programs at exit took 0.3–0.45 s of a 2.5–3.0 s ``wuji-jax solve`` on the bundled
-    sample with a warm cache (2-core CPU). A ``--ray`` run has left its cluster by then
-    (:func:`~wuji_jax.ray_cluster.solve_dataset_ray` calls ``ray.shutdown()`` when it started Ray; a
-    Ray still connected is shut down here first), and the skipped teardown took 0.3–0.5 s. Everything
+    with ``os._exit`` once stdout, stderr and logging are flushed, skipping Python's teardown (freeing
+    JAX's compiled programs at exit is a noticeable share of a short run: ``docs/performance.md``). A
+    ``--ray`` run has left its cluster by then (:func:`~wuji_jax.ray_cluster.solve_dataset_ray` calls
+    ``ray.shutdown()`` when it started Ray; a Ray still connected is shut down here first). Everything
     else exits the usual way."""
     code, quick = _main(argv)
     if quick:

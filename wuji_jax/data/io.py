@@ -1000,7 +1000,7 @@ def _arrow_values(col, arrow_type, dtype, fill) -> np.ndarray:
 
 def arrow_table(cols: Mapping[str, np.ndarray], pa):
     """1-D NumPy columns (numbers, bools or ``U`` strings) as an Arrow table, each column built from
-    its buffers: ``pa.array`` imports pandas where it is installed (0.6 s and ~30 MB of every CLI run
+    its buffers: ``pa.array`` imports pandas where it is installed (seconds and memory of every CLI run
     that writes Parquet)."""
     return pa.table({k: _arrow_array(np.asarray(v), pa) for k, v in cols.items()})
 
@@ -1012,8 +1012,7 @@ def dictionary_columns(schema, pa) -> list[str]:
     """The columns worth Parquet's dictionary encoding: strings (file names, sides, labels) and
     ``*flags`` bit sets, which take few distinct values. Tried on every column (pyarrow's default),
     it builds a dictionary for each float column of unique values and then falls back to plain
-    pages: 10⁶ rows of a results table wrote in 2.08 s and 256 MB, and in 0.36 s and 172 MB with
-    dictionaries for these columns only."""
+    pages, several times slower (``docs/performance.md``)."""
     return [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
             or (pa.types.is_integer(f.type) and f.name.endswith("flags"))]
 

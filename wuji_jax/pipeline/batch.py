@@ -18,9 +18,7 @@ How a run is laid out
   dropped. Each device solves its rows of a batch in chunks of ``wuji_jax.solver.CHUNK_FRAMES``
   frames, as :func:`wuji_jax.solve` does. ``batch_size`` defaults to the whole chunk, except for a
   small job on CPU (at most ``QUICK_JOB_FRAMES`` frames): one solver chunk per device (256 rows on 2
-  CPU devices), a kernel without a loop over chunks, which compiles in less time (``wuji-jax solve``
-  on the bundled sample with an empty cache, chunks of 256 frames: 11.6 s with batches of 1024 rows,
-  two chunks per device). On a big job the loop costs less than the kernel calls it saves (``runner.kernel.default_batch``).
+  CPU devices), a kernel without a loop over chunks, which compiles sooner. On a big job the loop costs less than the kernel calls it saves (``runner.kernel.default_batch``).
 * Every finished chunk goes to ``<out>.parts/chunk_<start>.npz`` (written to a temporary name,
   then renamed, so a part is whole or absent). ``<out>.parts/manifest.json`` records the input's
   identity (paths, sizes, modification times, chunk size, side, solver configuration, dtype) and
@@ -36,11 +34,7 @@ How a run is laid out
   after some of its rows went in, concatenate the parts at the end instead. Then a plot
   ``<stem>_plot.png`` and a summary ``<stem>_summary.json`` are written next to it and the parts
   are deleted (``keep_parts=True`` keeps them).
-* Measured end to end (``benchmarks/bench_batch.py``, 10⁶ synthetic frames, the solver of that time:
-  20 LM iterations from a neutral start, float32,
-  Parquet out, compilation excluded): 3.6k frames/s on 2 shared CPU cores with a peak RSS of
-  0.93 GiB (anonymous memory +0.1 GiB over the run, the same for 2·10⁵ frames); 122k frames/s on
-  one H200 with ``chunk_size=65536``.
+* Throughput and memory: ``benchmarks/bench_batch.py`` (``docs/performance.md``).
 
 Columns of the output (one row per input frame, in input order)
 ---------------------------------------------------------------
@@ -387,8 +381,7 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
     the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`quick_job`;
     ``stop``: Ctrl-C, raised between chunks, never while the solver compiles)."""
-    # matplotlib (~0.6 s) and pyarrow (~0.25 s) load while the solver compiles and the frames are read,
-    # not after
+    # matplotlib and pyarrow load while the solver compiles and the frames are read, not after
     parquet = Path(out).suffix.lower() in (".parquet", ".pq")
     # (not a daemon, as Kernel.preload's thread: a job that fails at once waits for the imports at exit)
     imports = threading.Thread(target=import_writers, args=(plot, parquet), name="wuji_jax-import")

@@ -35,9 +35,7 @@ def default_batch(chunk_size: int, platform: str, devices: int, frames: int | No
     small job on CPU (``frames``, bounded before the start, at most :data:`QUICK_JOB_FRAMES`): one
     solver chunk (``chunk_frames("cpu")``) per device, so that its kernel is the solver on one chunk
     per device, without the loop over chunks, which compiles sooner (see :mod:`wuji_jax.batch`). On a
-    big job the loop costs less than the calls it saves: ``solve_dataset`` on 300,000 frames on 2 CPU
-    devices (cache warm, no plot) took 5.06 s with batches of 4096 rows, 5.27 s with 2048 and 5.78 s
-    with 512 (medians of 4 alternating rounds)."""
+    big job the loop costs less than the calls it saves (``docs/performance.md``)."""
     from ..ik import chunk_frames
 
     return min(chunk_size, chunk_frames("cpu") * devices) if platform == "cpu" and quick_job(frames) else chunk_size
@@ -49,7 +47,7 @@ _USED: set = set()  # kernels run in this process (see Kernel.first_use)
 def _solve_with_inspire(hand, landmarks, weights, q0, config, chunk: int | None = None) -> dict:
     """:func:`wuji_jax.solver.solve_chunked` and the Inspire commands of its angles, in one program:
     a second call, on the solver's outputs split over several devices, waited for the solver before
-    it returned (8 ms per 512-row batch on 2 CPU devices), where one device's call returns at once."""
+    it returned, where one device's call returns at once."""
     from ..ik import solve_chunked
 
     return _with_inspire(hand, solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk))
@@ -208,8 +206,7 @@ class Kernel:
         (chunks of ``CHUNK_FRAMES`` frames, each chunk's loop stopping on its own), on several the same
         per device (``shard_map``: every device solves its own rows, no communication). A frame's
         result does not depend on the frames solved beside it. (``jit`` of the plain rows over sharded
-        inputs ran one loop over all devices' rows, waiting for the slowest frame of the batch:
-        41.9k against 52.2k frames/s at batch 1024 on 2 CPU devices.) With ``inspire`` the Inspire
+        inputs runs one loop over all devices' rows, waiting for the slowest frame of the batch.) With ``inspire`` the Inspire
         commands are computed in the same program (:func:`_solve_with_inspire`; with :attr:`retarget`,
         :func:`_solve_with_retarget` of ``side``, the robot the sixth argument)."""
         from ..ik import solve_chunked, split_kernel
@@ -277,11 +274,7 @@ class Kernel:
         """Start making :meth:`program` in a thread of its own, so that its compilation, or its
         reading from the compilation cache, overlaps the inputs' hashing and first reads; :meth:`dispatch`
         waits for it. ``lowered_hook`` is called in that thread once the program is lowered: the
-        writers' imports start then, so that their Python does not hold up the lowering's (with a warm
-        cache, ``wuji-jax solve`` on 300,000 frames had its program 0.7 s after the start of the run
-        made one after the other; in parallel to the hashing, and the imports started beside it,
-        1.0–1.2 s; the imports started when the program is lowered, 0.8 s: its reading, 0.45 s, is
-        XLA loading 383 kernels, outside Python). The program is the same for both hands (their models
+        writers' imports start then, so that their Python does not hold up the lowering's. The program is the same for both hands (their models
         differ in array values only), so the right hand's shapes stand for either."""
         if self._loading is not None:
             return

@@ -62,21 +62,8 @@ Ray costs a few seconds to start a local cluster and a few more to start the wor
 each: Python, Ray, JAX, the program from the cache), and its own processes (the Ray Data executor in
 the driver, the raylet) take a share of the CPUs while the workers solve. The first Ray Data job on a
 cluster also starts Ray Data's helper actors (statistics, autoscaling, actor locations, usage
-reports: a process each, kept for the cluster's later jobs). ``benchmarks/bench_ray.py`` on 10⁶
-frames and 2 cores (AMD EPYC, 2026-12-06, medians of 3 rounds, commit 1f7ca72) measured 108.0k
-frames/s for ``wuji-jax solve`` (9.3 s) against, for ``wuji-jax solve ... --ray auto`` on a cluster
-already running: 78.7k (+37.2 %, 12.7 s) for a later job with the default layout (one worker holding
-both CPUs), 78.1k (+38.3 %) for a later job with two one-CPU workers, 67.4k (+60.2 %) for the
-cluster's first job; and 58.3k (+85.1 %) and 54.3k (+99.0 %) for the two layouts on a cluster the job
-starts and stops itself (2.7–3.9 s of it the cluster's start). A traced later job (commit d4b64d8,
-13.5 s against the command line's 9.7 s) reached ``solve_dataset_ray`` 1.3 s after the process
-started (the driver's imports: Ray 0.3 s, Ray Data 0.5 s, JAX 0.5–0.7 s), made its dataset at 1.7 s;
-the worker process started at 1.8 s (a later job finds none waiting), began its actor's
-``__init__`` at 3.2 s and had the program from the cache at 4.0 s; it then solved the blocks in 8.8 s,
-the command line's pace, and the process ended at 13.3 s. The command line starts solving about
-1.4 s after its start. So the difference is the ~2.5 s start of a Ray job and its worker, which does
-not shrink as the solver gets faster (a9470c8: +23 % against a 16 s command line; now +37 %).
-Ray is for more machines than one.
+reports: a process each, kept for the cluster's later jobs). On one machine a Ray job takes
+longer than ``wuji-jax solve`` by Ray's and its worker's start (``docs/performance.md``, "Ray"). Ray is for more machines than one.
 
 (The module is ``ray_cluster``, not ``ray``: ``from wuji_jax import ray`` would shadow the ``ray``
 package in the caller's namespace, and a script run from inside the package folder would import it

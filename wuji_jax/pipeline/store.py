@@ -62,11 +62,11 @@ def part_arrays(fh) -> dict[str, np.ndarray]:
 
 
 def _content_hash(path: Path) -> str:
-    """SHA-256 of a file's bytes (about 1.5 GB/s here: small next to solving the frames it holds).
+    """SHA-256 of a file's bytes (small next to solving the frames it holds).
 
     Read in 16 MiB blocks: hashing releases the GIL, but every block takes it back, and while
-    another thread holds it (the writers' imports run beside this) each return waited up to the
-    switch interval: 1 MiB blocks took 0.35 s for 76 MB, against 0.05 s alone."""
+    another thread holds it (the writers' imports run beside this) each return waits up to the
+    switch interval, so small blocks are slow."""
     h = hashlib.sha256()
     buf = bytearray(16 << 20)
     view = memoryview(buf)

@@ -210,7 +210,7 @@ def draw_hand(hand, q, path=None, title: str | None = None, landmarks=None):
     from ..hand.kinematics import forward_kinematics
 
     q = _points(q, (hand.num_joints,), "joint angles q")
-    # the compiled FK (under a second to compile; op by op, ~140 one-op programs took 6 s)
+    # the compiled FK (one program; op by op, ~140 one-op programs compile for far longer)
     frames = forward_kinematics(hand, q)
     rot = np.asarray(frames.rotations, np.float64)
     pos = np.asarray(frames.positions, np.float64) * _MM
