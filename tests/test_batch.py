@@ -403,9 +403,10 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     events = []
     real_hash, real_program, real_imports = store._content_hash, batch.Kernel.program, batch.import_writers
 
-    def program(self, inspire, args, lowered_hook=None):
+    def program(self, inspire, args, lowered_hook=None, side="right"):
         events.append(("program", threading.current_thread().name))
-        return real_program(self, inspire, args, lowered_hook and (lambda: events.append(("lowered",)) or lowered_hook()))
+        return real_program(self, inspire, args, lowered_hook and (lambda: events.append(("lowered",)) or lowered_hook()),
+                            side)
 
     monkeypatch.setattr(store, "_content_hash", lambda path: events.append(("hash",)) or real_hash(path))
     monkeypatch.setattr(batch.Kernel, "program", program)
@@ -418,7 +419,7 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     assert events.index(("lowered",)) < events.index(("imports",))
     assert all(e[0] != "program" or e[1] != "wuji_jax-program" for e in events[events.index(("hash",)):])
 
-    def broken(self, inspire, args, lowered_hook=None):
+    def broken(self, inspire, args, lowered_hook=None, side="right"):
         raise ValueError("no program today")
 
     monkeypatch.setattr(batch.Kernel, "program", broken)

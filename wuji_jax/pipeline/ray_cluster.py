@@ -667,6 +667,8 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
         "iterations": int(config.iterations), "output": str(out),
         "plot": None if plot_path is None else str(plot_path),
         "summary": str(out.with_name(out.stem + "_summary.json")),
+        # Ray's workers use the joint map (the CLI refuses --command-map retarget with --ray)
+        "command_map": "joint_map" if inspire else None, "command_map_note": None, "inspire_urdf": None,
         "ray": {"address": address, "nodes": nodes, "workers": n_workers,
                 "cpus_per_worker": None if gpu else run["cpus"], "use_gpu": gpu,
                 "blocks": len(blocks), "block_size": block_size},
