@@ -115,12 +115,13 @@ frames = frames + rng.normal(0, 0.002, frames.shape)
 tight = wj.SolverConfig(tolerance=1e-15, iterations=400)
 def angles(y):
     return wj.solve(hand, y, check_units=False).angles
-both = jax.jit(lambda y, d, c: (jax.jvp(angles, (y,), (d,))[1], jax.vjp(angles, y)[1](c)[0],
-                                wj.solve(hand, y, check_units=False).flags))
+jvp = jax.jit(lambda y, d: jax.jvp(angles, (y,), (d,))[1])
+vjp = jax.jit(lambda y, c: jax.vjp(angles, y)[1](c)[0])
+flags_of = jax.jit(lambda y, d: jax.jvp(lambda y: wj.solve(hand, y, check_units=False).flags, (y,), (d,))[0])
 rel, rel7, agree, flagged = [], [], [], 0
 for k in range(2):
     d, c = rng.normal(size=frames.shape), rng.normal(size=frames.shape[:1] + (20,))
-    jd, jc, flags = (np.asarray(a) for a in both(frames, d, c))
+    jd, jc, flags = np.asarray(jvp(frames, d)), np.asarray(vjp(frames, c)), np.asarray(flags_of(frames, d))
     flagged += int(((flags & wj.solver.FLAG_NO_DERIVATIVE) != 0).sum())
     for h, into in ((1e-6, rel), (1e-7, rel7)):
         fd = (np.asarray(wj.solve(hand, frames + h * d, config=tight, check_units=False).angles)

@@ -526,7 +526,8 @@ def _solve_eager(hand, lm, weights, q0, cfg, warm: bool) -> IKResult:
     they do not keep the loop running), on one device, or split over the local devices
     (:func:`~wuji_jax.programs.split_sharding`) with each device's rows padded alike. One program per
     padded size, compiled on its first call (small CPU programs as two stages side by side:
-    :func:`staged_program`); the padding is dropped from the result."""
+    :func:`staged_program`; a single frame as one program of its own shape); the padding is dropped
+    from the result."""
     batch = lm.shape[:-2]
     flat = math.prod(batch)
     if flat == 0:
@@ -539,6 +540,15 @@ def _solve_eager(hand, lm, weights, q0, cfg, warm: bool) -> IKResult:
     platform = jax.default_backend()
     size = programs.padded_frames(flat, programs.chunk_frames(platform))
     options = programs.compile_options(size, platform)
+    if size == 1:  # one frame: one program of the input's own shape (one dispatch, nothing to unpad)
+        key = (batch, lm.dtype, weights is None, q0 is None, warm, jax.tree_util.tree_structure((hand, cfg)), platform)
+        shaped = lambda a, tail: None if a is None else a.reshape(batch + tail)  # noqa: E731
+        args = (hand, shaped(lm, (21, 3)), shaped(weights, (21,)), shaped(q0, (hand.num_joints,)), cfg)
+        program = _PROGRAMS.get(key)
+        if program is None:
+            program = _PROGRAMS[key] = cached_program(_solve_warm if warm else _solve_cold, "solve_frame", *args,
+                                                      compiler_options=options)
+        return program(*args)
     staged = options is not None  # a quickly compiled program: two stages, compiled side by side
     if staged:  # the stages take every input (weights and start pose made here)
         weights, q0 = default_inputs(hand, lm, weights, q0, np)
