@@ -75,6 +75,7 @@ def pytest_unconfigure(config):
 # or runs whole processes: these files entirely, and these tests (each several seconds in a suite run).
 _SLOW_FILES = {"test_devices.py", "test_gradients.py", "test_live.py", "test_notebooks.py", "test_overlay.py", "test_ray.py", "test_readme.py", "test_realtime.py", "test_retarget.py", "test_sequence_calibration.py"}
 _SLOW_TESTS = {
+    "test_batch.py::test_command_map_in_summary_and_identity",
     "test_batch.py::test_console_script_skips_the_teardown_after_solve_and_loses_nothing",
     "test_batch.py::test_kernel_compiles_once_for_any_length",
     "test_batch.py::test_outputs_readable_with_expected_columns",
@@ -100,6 +101,7 @@ _SLOW_TESTS = {
     "test_core.py::test_non_finite_fits_are_flagged_not_reported_valid",
     "test_core.py::test_the_lm_loop_holds_the_only_keypoint_and_jacobian_evaluation",
     "test_inspire.py::test_clamped_batched_jitted_and_dtype",
+    "test_inspire.py::test_cli_command_map",
     "test_inspire.py::test_cli_solves_landmarks_on_the_way",
     "test_inspire.py::test_gradients_finite_and_exact",
     "test_inspire.py::test_poses_solved_back_from_landmarks",
