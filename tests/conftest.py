@@ -44,20 +44,19 @@ def left():
 # --no-loadscope-reorder gives them out in this order as the two workers free up): longest first, so
 # that the two workers finish together, with moves for the compilation cache the workers share (a
 # program one worker is still compiling is compiled again by the other). Seconds of test time per file
-# in a 2-worker run of the suite on a 2-core CPU (junit, 592 s in all, 304 s wall): ray 130, notebooks
-# 61, solver 48, kinematics 46, tiered 40, batch 39, core 38, gradients 34, sequence_calibration 30,
-# devices 25, inspire 25, cache 22, chain 18, viewer 12, realtime 9, video 6, the rest under 3 each.
+# in a 2-worker run of the suite on a 2-core CPU (--durations=0, 886 s in all, 503 s wall): ray 92,
+# solver 91, gradients 87, notebooks 68, batch 66, retarget 62, inspire 51, core 48, readme 45,
+# kinematics 44, devices 37, realtime 37, sequence_calibration 36, live 26, the rest under 25 each.
 # * batch goes second: its first test compiles the dataset runner's small-job program (float64, one
 #   device, 64 rows), which test_ray's fresh-run test (a minute into ray on the other worker) reads.
 # * solver before notebooks: 03_learning's kernel (float64) reads the 64-frame solver programs.
 # * realtime, then inspire, then chain, each handed out well after the one before: they compile the
 #   same FrameSolver, to_inspire and solve_sequence programs (inspire 10 s and chain 5 s after
 #   realtime on one worker; inspire 25 s and chain 18 s when inspire and chain ran side by side).
-# The short files come last; the last ones leave no compilation running when they end (a worker waits
-# for those before it exits).
-_LONGEST_FIRST = ("ray", "batch", "solver", "notebooks", "kinematics", "gradients", "core", "devices",
-                  "realtime", "sequence_calibration", "inspire", "cache", "viewer", "video", "chain", "overlay",
-                  "data_safety", "cli_pose", "io", "viz", "model")
+# The short files come last.
+_LONGEST_FIRST = ("ray", "batch", "solver", "gradients", "notebooks", "retarget", "kinematics", "core", "readme",
+                  "realtime", "devices", "inspire", "sequence_calibration", "live", "cache", "viewer", "video", "chain",
+                  "output_rule", "overlay", "data_safety", "cli_pose", "io", "viz", "model", "packaging")
 
 
 def pytest_collection_modifyitems(config, items):
