@@ -497,7 +497,6 @@ def test_fps_inf_is_a_usage_error(tmp_path, capsys):
         list(wio.iter_chunks(src, fps=float("inf")))
 
 
-@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
 def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
     import jax
 

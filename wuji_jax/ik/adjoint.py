@@ -96,13 +96,11 @@ def gradient_and_hessian(theta, st: Structure, x: Variables):
 def _bounds(hand, st: Structure, x: Variables, cfg):
     """Per increment ``(nz, B)``: at the lower bound, at the upper bound (angles: the joint limits;
     ``σ``: the scale's bounds, or fixed when the scale is not estimated)."""
-    n, m = _sizes(st, x)
-    B, dtype = x.logs.shape[-1], x.logs.dtype
-    no = jnp.zeros((m + 6, B), bool)
+    _, m = _sizes(st, x)
+    no = jnp.zeros((m + 6, x.logs.shape[-1]), bool)
     fixed = ~jnp.asarray(cfg.estimate_scale, bool)
     lo = jnp.concatenate([x.q <= hand.lower[:, None], no, ((x.logs <= _LOG_S[0]) | fixed)[None]])
     hi = jnp.concatenate([x.q >= hand.upper[:, None], no, ((x.logs >= _LOG_S[1]) | fixed)[None]])
-    del dtype
     return lo, hi
 
 

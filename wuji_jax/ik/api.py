@@ -259,16 +259,22 @@ def default_inputs(hand, lm, weights, q0, xp):
     return weights, q0
 
 
-_NEUTRAL: dict = {}  # id(hand) → (hand, its neutral angles in numpy)
+_MODELS: dict = {}  # id(hand) → (hand, the same without name and side, its neutral angles in numpy)
+
+
+def _per_model(hand: HandModel) -> tuple:
+    """What the eager path needs of a model, made once per model object (it is kept, so its id is
+    not reused while the entry lives)."""
+    got = _MODELS.get(id(hand))
+    if got is None or got[0] is not hand:
+        if len(_MODELS) > 32:
+            _MODELS.clear()
+        got = _MODELS[id(hand)] = (hand, hand.replace(name="", side=""), np.asarray(neutral_angles(hand)))
+    return got
 
 
 def _neutral_numpy(hand: HandModel) -> np.ndarray:
-    got = _NEUTRAL.get(id(hand))
-    if got is None or got[0] is not hand:
-        if len(_NEUTRAL) > 32:
-            _NEUTRAL.clear()
-        got = _NEUTRAL[id(hand)] = (hand, np.asarray(neutral_angles(hand)))
-    return got[1]
+    return _per_model(hand)[2]
 
 
 @functools.partial(jax.jit, static_argnames=("warm", "platform"))
@@ -502,18 +508,10 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
     return _solve_eager(_kernel_hand(hand), lm, weights, q0a, config_arrays(config, dtype), bool(warm))
 
 
-_HANDS: dict = {}  # id(hand) → (hand, the same without the static fields the kernel never reads)
-
-
 def _kernel_hand(hand: HandModel) -> HandModel:
     """``hand`` without its name and side (static fields the kernel never reads: left and right share
-    a program), made once per model object."""
-    got = _HANDS.get(id(hand))
-    if got is None or got[0] is not hand:
-        if len(_HANDS) > 32:
-            _HANDS.clear()
-        got = _HANDS[id(hand)] = (hand, hand.replace(name="", side=""))
-    return got[1]
+    a program), made once per model object (:func:`_per_model`)."""
+    return _per_model(hand)[1]
 
 
 #: (static key) → the program that solves a padded batch (:func:`_solve_eager`)

@@ -609,6 +609,8 @@ def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspi
     atomic_json(Path(summary["summary"]), summary)
     if not keep_parts:
         shutil.rmtree(parts_dir, ignore_errors=True)
+    if imports.ident is not None:  # started: its imports end before the answer, as every thread here
+        imports.join()
     return summary
 
 

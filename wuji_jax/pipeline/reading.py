@@ -175,6 +175,7 @@ class Prefetch:
                 yield value
         finally:
             self._stop.set()
+            self._thread.join()  # it sees the stop within its 0.1 s put timeout: nothing reads on
 
 
 class FileError(Exception):
