@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from wuji_jax import io
+from wuji_jax.data.formats import skip_rows
+from wuji_jax.data.formats.parquet import arrow_array
 
 SAMPLES = Path(__file__).resolve().parents[1] / "assets" / "samples"
 FORMATS = [".npy", ".npz", ".csv", ".jsonl", ".parquet", ".h5"]
@@ -80,10 +82,10 @@ def test_reading_from_a_frame_on_equals_the_full_read(tmp_path, ext):
 def test_skip_rows_recuts_chunks_after_the_dropped_rows():
     chunks = [{"world": np.arange(n0, n1)[:, None, None] * np.ones((1, 21, 3)), "score": np.arange(n0, n1) * 1.0}
               for n0, n1 in ((0, 3), (3, 7), (7, 8), (8, 15))]
-    got = list(io._skip_rows(iter(chunks), 5, 4))
+    got = list(skip_rows(iter(chunks), 5, 4))
     assert [g["score"].tolist() for g in got] == [[5, 6, 7, 8], [9, 10, 11, 12], [13, 14]]
     assert all(g["world"][:, 0, 0].tolist() == g["score"].tolist() for g in got)
-    assert list(io._skip_rows(iter(chunks), 15, 4)) == []
+    assert list(skip_rows(iter(chunks), 15, 4)) == []
 
 
 @pytest.mark.parametrize("ext", [".npz", ".csv", ".jsonl", ".parquet"])
@@ -891,7 +893,7 @@ def test_arrow_strings_and_parquet_dictionaries(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     for v in (np.full(5, "take_01.npy"), np.array(["b", "a", "b", "ünï", "a"]), np.zeros(0, "<U1")):
-        assert io._arrow_array(v, pa).to_pylist() == v.tolist()
+        assert arrow_array(v, pa).to_pylist() == v.tolist()
     n = 1000
     rng = np.random.default_rng(0)
     table = {"source": np.full(n, "a.npy"), "side": np.where(np.arange(n) < 500, "right", "left"),

@@ -51,6 +51,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..data.formats.columns import check_unique_columns, unique_keys
+from ..data.formats.npy import ZIP_ERRORS, npz_entries, npz_header, open_npz
+from ..data.formats.parquet import open_parquet
+from ..data.limits import err, why
+
 __all__ = ["AngleTable", "LandmarkTable", "read_angles", "read_landmarks", "table_side", "TABLE_SUFFIXES",
            "ANGLE_SUFFIXES", "FLAG_COLUMNS", "TIME_COLUMNS"]
 
@@ -68,17 +73,6 @@ _ARRAY_KEYS = ("angles", "q")
 _LANDMARK_KEYS = ("world", "landmarks")
 _SOLVE_MARKERS = ("residual_mm", "wrist_qw", "scale")  # columns only `wuji-jax solve` tables have
 _META_COLUMNS = (*TIME_COLUMNS, *FLAG_COLUMNS, "valid", "side", "frame", "source")
-
-
-def _err(path: Any, problem: str) -> ValueError:
-    return ValueError(f"{path}: {' '.join(str(problem).split())}")
-
-
-def _why(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    if len(text) > 160:
-        text = text[:157] + "..."
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 # ----------------------------------------------------------------------------------------- angles
@@ -231,7 +225,7 @@ def read_angles(path: str | os.PathLike, hand=None, *, degrees: bool = False) ->
         raise
     except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError, csv.Error, RecursionError,
             KeyError, TypeError, IndexError, MemoryError) as e:
-        raise _err(label, f"cannot read it as an angle file ({_why(e)})") from None
+        raise err(label, f"cannot read it as an angle file ({why(e)})") from None
     return _table(cols, label, names, degrees)
 
 
@@ -250,27 +244,27 @@ def _table(cols: dict[str, Any], label: str, names: Sequence[str], degrees: bool
             if a.shape[-2:] == (21, 3) or a.shape[-1:] == (63,):
                 hint = ("; these look like hand landmarks (21 x 3): solve them first (wuji-jax solve), or "
                         "pass them where landmarks are expected (inspire --landmarks)")
-            raise _err(label, f"expected joint angles of shape (T, {n_j}) or ({n_j},) (T frames of the hand's "
-                              f"{n_j} joint angles, order as `wuji-jax pose --list` prints); got {a.shape}"
+            raise err(label, f"expected joint angles of shape (T, {n_j}) or ({n_j},) (T frames of the hand's "
+                             f"{n_j} joint angles, order as `wuji-jax pose --list` prints); got {a.shape}"
                        + (hint or "; check the file and its delimiter"))
     else:
         missing = [j for j in names if j not in cols]
         if missing:
             have = sum(j in cols for j in names)
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-            raise _err(label, f"no column '{missing[0]}'{more} ({have} of the {n_j} joint-angle columns found); "
-                              f"a table needs one column per joint, named as `wuji-jax pose --list` prints "
-                              f"({names[0]} ... {names[-1]}), as `wuji-jax solve` writes them")
+            raise err(label, f"no column '{missing[0]}'{more} ({have} of the {n_j} joint-angle columns found); "
+                             f"a table needs one column per joint, named as `wuji-jax pose --list` prints "
+                             f"({names[0]} ... {names[-1]}), as `wuji-jax solve` writes them")
         a = np.stack([_numeric(cols[j], label, f"column '{j}'").reshape(-1) for j in names], axis=1)
         ndim = 2
     a = np.asarray(a, np.float64)
     n = a.shape[0]
     if n == 0:
-        raise _err(label, "holds no frames; give a file with at least one frame of angles")
+        raise err(label, "holds no frames; give a file with at least one frame of angles")
     if degrees:
         if solved:
-            raise _err(label, "was written by `wuji-jax solve`, whose angles are radians; drop --degrees "
-                              "(degrees=True)")
+            raise err(label, "was written by `wuji-jax solve`, whose angles are radians; drop --degrees "
+                             "(degrees=True)")
         a = np.deg2rad(a)
 
     def col(key, what):
@@ -281,8 +275,8 @@ def _table(cols: dict[str, Any], label: str, names: Sequence[str], degrees: bool
         if v.size == n:
             v = v.reshape(n)
         if v.shape != (n,):
-            raise _err(label, f"{what} has {v.size} values for {n} frames; every column needs one value a "
-                              "frame")
+            raise err(label, f"{what} has {v.size} values for {n} frames; every column needs one value a "
+                             "frame")
         return v
 
     ts = col("timestamps", "the time column")
@@ -295,18 +289,18 @@ def _table(cols: dict[str, Any], label: str, names: Sequence[str], degrees: bool
         if valid.dtype.kind in "US":
             low = np.char.lower(np.char.strip(valid.astype(str)))
             if not np.isin(low, ("true", "false", "1", "0", "1.0", "0.0")).all():
-                raise _err(label, "column 'valid' is not True/False; fix or drop the column")
+                raise err(label, "column 'valid' is not True/False; fix or drop the column")
             valid = np.isin(low, ("true", "1", "1.0"))
         else:
             valid = _numeric(valid, label, "column 'valid'")
             if not np.isin(valid, (0, 1)).all():
-                raise _err(label, "column 'valid' is not True/False (0/1); fix or drop the column")
+                raise err(label, "column 'valid' is not True/False (0/1); fix or drop the column")
             valid = valid.astype(bool)
     flags = col("flags", "the flags column")
     if flags is not None:
         flags = _numeric(flags, label, "the flags column")
         if not (np.isfinite(flags).all() and np.all(flags == np.round(flags)) and np.all(flags >= 0)):
-            raise _err(label, "the flags column holds values that are not bit sets (non-negative integers)")
+            raise err(label, "the flags column holds values that are not bit sets (non-negative integers)")
         flags = flags.astype(np.int64)
     frame = col("frame", "column 'frame'")
     if frame is not None:
@@ -332,10 +326,10 @@ def _numeric(v, label: str, what: str) -> np.ndarray:
                                for x in v.reshape(-1)], np.float64).reshape(v.shape)
         except (TypeError, ValueError):
             bad = next(x for x in v.reshape(-1) if not _is_number(x))
-            raise _err(label, f"{what} is not numeric (holds {str(bad)[:40]!r}); angle files hold numbers "
-                              "(radians unless --degrees)") from None
+            raise err(label, f"{what} is not numeric (holds {str(bad)[:40]!r}); angle files hold numbers "
+                             "(radians unless --degrees)") from None
     if not np.issubdtype(v.dtype, np.number):
-        raise _err(label, f"{what} is not a numeric array (dtype {v.dtype}); angle files hold numbers")
+        raise err(label, f"{what} is not a numeric array (dtype {v.dtype}); angle files hold numbers")
     return v
 
 
@@ -389,35 +383,30 @@ def _pick(available: Iterable[str], names: Sequence[str]) -> tuple[list[str], di
     return joints, extra
 
 
-def _max_frames() -> int:
+def _limits():
+    """The data limits in force (:func:`wuji_jax.data.io.current_limits`), ``max_frames`` the default."""
     from ..data import io as wio
 
-    return int(getattr(wio, "MAX_FRAMES", 10_000_000))
+    return wio.current_limits(wio.MAX_FRAMES)
 
 
 def _check_rows(label: str, n: int) -> None:
-    limit = _max_frames()
+    limit = _limits().max_frames
     if n > limit:
-        raise _err(label, f"declares {n:,} frames, more than the {limit:,} one file may hold "
-                          "(wuji_jax.io.MAX_FRAMES); split the file")
+        raise err(label, f"declares {n:,} frames, more than the {limit:,} one file may hold "
+                         "(wuji_jax.io.MAX_FRAMES); split the file")
 
 
 def _parquet_columns(p: Path, label: str, names: Sequence[str]) -> dict[str, Any]:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet  # noqa: F401
     except ImportError:
         raise ImportError(f"{label}: reading Parquet needs pyarrow; install the formats extra: "
                           "pip install 'wuji-jax[formats]' (or write the table as .npz / .csv)") from None
-    try:
-        f = pq.ParquetFile(p, pre_buffer=False)
-    except Exception as e:  # pyarrow's ArrowInvalid / OSError for a file that is not Parquet
-        raise _err(label, f"not a readable Parquet file ({_why(e)}); export it again") from None
-    with f:
+    with open_parquet(p, label, pre_buffer=False) as f:
         _check_rows(label, f.metadata.num_rows)
         available = list(f.schema_arrow.names)
-        from ..data import io as wio
-
-        wio.check_unique_columns(available, label, _angle_role(names))
+        check_unique_columns(available, label, _angle_role(names))
         joints, extra = _pick(available, names)
         solved = any(c in available for c in _SOLVE_MARKERS)
         try:
@@ -430,7 +419,7 @@ def _parquet_columns(p: Path, label: str, names: Sequence[str]) -> dict[str, Any
                 cols["__solved__"] = solved
                 return cols
         except Exception as e:
-            raise _err(label, f"cannot read its columns ({_why(e)}); export it again") from None
+            raise err(label, f"cannot read its columns ({why(e)}); export it again") from None
     # no joint columns: a write_results table of an (N, 20) array ('angles_0' ...), or an error
     from ..data.io import read_results
 
@@ -449,12 +438,12 @@ def _array_from_dict(d: Mapping[str, Any], label: str, names: Sequence[str], key
         keys = list(keys)
         shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
         if any(k in keys for k in _LANDMARK_KEYS):
-            why = ("it holds hand landmarks, not joint angles: solve them first (wuji-jax solve), or pass "
-                   "them where landmarks are expected (inspire --landmarks)")
+            hint = ("it holds hand landmarks, not joint angles: solve them first (wuji-jax solve), or pass "
+                    "them where landmarks are expected (inspire --landmarks)")
         else:
-            why = (f"expected the joint-angle columns `wuji-jax solve` writes ({names[0]} ... {names[-1]}) "
-                   "or an array named 'angles' or 'q'")
-        raise _err(label, f"no joint angles (has {shown or 'nothing'}); {why}")
+            hint = (f"expected the joint-angle columns `wuji-jax solve` writes ({names[0]} ... {names[-1]}) "
+                    "or an array named 'angles' or 'q'")
+        raise err(label, f"no joint angles (has {shown or 'nothing'}); {hint}")
     out: dict[str, Any] = {"angles": d[key]}
     for c in _META_COLUMNS:
         k = _meta_key(c)
@@ -465,40 +454,22 @@ def _array_from_dict(d: Mapping[str, Any], label: str, names: Sequence[str], key
 
 def _npz_members(p: Path, label: str, size: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Declared ``(shape, dtype)`` of each member, read from the .npy headers; refuses bombs."""
-    from numpy.lib import format as fmt
-
-    from ..data import io as wio
-
     out = {}
     total = 0
-    with open(p, "rb") as fh:
-        try:
-            zf = zipfile.ZipFile(fh)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
-            raise _err(label, f"truncated or corrupt .npz file ({_why(e)}); export it again") from None
-        with zf:
-            for info in zf.infolist():
-                name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-                try:
-                    with zf.open(info) as m:
-                        version = fmt.read_magic(m)
-                        if version == (1, 0):
-                            shape, _, dtype = fmt.read_array_header_1_0(m)
-                        elif version == (2, 0):
-                            shape, _, dtype = fmt.read_array_header_2_0(m)
-                        else:
-                            shape, _, dtype = fmt._read_array_header(m, version)
-                except (ValueError, zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
-                    raise _err(label, f"member {name!r} is not a .npy array ({_why(e)}); export it again") from None
-                shape = tuple(int(x) for x in shape)
-                if shape:
-                    _check_rows(label, shape[0])
-                total += int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
-                out[name] = (shape, np.dtype(dtype))
-    limit = max(getattr(wio, "EXPANSION_MIN_BYTES", 64 << 20), getattr(wio, "MAX_EXPANSION", 100) * size)
-    if total > limit:
-        raise _err(label, f"its arrays would expand to {total / 1e6:,.0f} MB from a {size / 1e6:,.1f} MB file, more "
-                          "than wuji_jax.io.MAX_EXPANSION allows; the file is damaged or hostile")
+    with open_npz(p, label) as zf:
+        for name, info in npz_entries(zf).items():
+            try:
+                shape, dtype = npz_header(zf, info)
+            except (ValueError, *ZIP_ERRORS) as e:
+                raise err(label, f"member {name!r} is not a .npy array ({why(e)}); export it again") from None
+            if shape:
+                _check_rows(label, shape[0])
+            total += int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+            out[name] = (shape, dtype)
+    limits = _limits()
+    if total > max(limits.expansion_min_bytes, limits.max_expansion * size):
+        raise err(label, f"its arrays would expand to {total / 1e6:,.0f} MB from a {size / 1e6:,.1f} MB file, more "
+                         "than wuji_jax.io.MAX_EXPANSION allows; the file is damaged or hostile")
     return out
 
 
@@ -524,8 +495,8 @@ def _npz_columns(p: Path, label: str, names: Sequence[str], size: int) -> dict[s
             for c in extra.values():
                 d[c] = z[c]
     except ValueError as e:  # object arrays (pickles) and damaged members
-        raise _err(label, f"cannot read its arrays ({_why(e)}); save plain numeric arrays "
-                          "(np.savez(path, angles=..., timestamps=...))") from None
+        raise err(label, f"cannot read its arrays ({why(e)}); save plain numeric arrays "
+                         "(np.savez(path, angles=..., timestamps=...))") from None
     return _array_from_dict(d, label, names, keys)
 
 
@@ -533,17 +504,15 @@ def _npy_array(p: Path, label: str) -> np.ndarray:
     try:
         a = np.load(p, allow_pickle=False, mmap_mode="r")
     except ValueError as e:
-        raise _err(label, f"not a numeric array ({_why(e)}); save it with numpy.save") from None
+        raise err(label, f"not a numeric array ({why(e)}); save it with numpy.save") from None
     if a.ndim:
         _check_rows(label, a.shape[0])
     if a.dtype.kind in "USO" or not (np.issubdtype(a.dtype, np.number) or a.dtype.kind == "b"):
-        raise _err(label, f"not a numeric array (dtype {a.dtype}); angle files hold numbers")
+        raise err(label, f"not a numeric array (dtype {a.dtype}); angle files hold numbers")
     return np.array(a)
 
 
 def _json_columns(p: Path, label: str, names: Sequence[str], lines: bool) -> dict[str, Any]:
-    from ..data import io as wio
-
     try:
         with open(p, encoding="utf-8") as f:
             if lines:
@@ -551,16 +520,16 @@ def _json_columns(p: Path, label: str, names: Sequence[str], lines: bool) -> dic
                 for i, line in enumerate(f, 1):
                     if line.strip():
                         try:
-                            data.append(json.loads(line, object_pairs_hook=wio.unique_keys(label, f"line {i}")))
+                            data.append(json.loads(line, object_pairs_hook=unique_keys(label, f"line {i}")))
                         except json.JSONDecodeError as e:
-                            raise _err(label, f"line {i}: not JSON ({e.msg}); one JSON value a line") from None
+                            raise err(label, f"line {i}: not JSON ({e.msg}); one JSON value a line") from None
             else:
                 try:
-                    data = json.load(f, object_pairs_hook=wio.unique_keys(label))
+                    data = json.load(f, object_pairs_hook=unique_keys(label))
                 except json.JSONDecodeError as e:
-                    raise _err(label, f"not JSON ({e.msg} at line {e.lineno}); check the file") from None
+                    raise err(label, f"not JSON ({e.msg} at line {e.lineno}); check the file") from None
     except UnicodeDecodeError as e:
-        raise _err(label, f"not UTF-8 text ({_why(e)})") from None
+        raise err(label, f"not UTF-8 text ({why(e)})") from None
     if isinstance(data, list) and data and all(isinstance(r, Mapping) for r in data):
         keys = list(dict.fromkeys(k for r in data for k in r))  # records
         if any(j in keys for j in names):
@@ -572,8 +541,8 @@ def _json_columns(p: Path, label: str, names: Sequence[str], lines: bool) -> dic
                 out[k] = _json_array([r.get(c) for r in data], label, c) if k not in ("side", "source") else \
                     np.asarray([str(r.get(c, "")) for r in data])
             return out
-        raise _err(label, f"its records have no joint angles (keys {', '.join(keys[:8])}); expected keys "
-                          f"{names[0]} ... {names[-1]}, or 'angles'")
+        raise err(label, f"its records have no joint angles (keys {', '.join(keys[:8])}); expected keys "
+                         f"{names[0]} ... {names[-1]}, or 'angles'")
     if isinstance(data, Mapping):
         keys = list(data)
         if any(j in keys for j in names):  # columns: {"thumb_cmc_flex": [...], ...}
@@ -607,7 +576,7 @@ def _json_array(v, label: str, what: str) -> np.ndarray:
     try:
         a = np.asarray(v, dtype=np.float64) if v is not None else np.asarray(math.nan)
     except (TypeError, ValueError):
-        raise _err(label, f"'{what}' is not a list of numbers (or of equal-length rows of numbers)") from None
+        raise err(label, f"'{what}' is not a list of numbers (or of equal-length rows of numbers)") from None
     return a
 
 
@@ -620,26 +589,24 @@ def _text_columns(p: Path, label: str, names: Sequence[str], ext: str) -> dict[s
     try:
         a = np.loadtxt(p, delimiter=delim, ndmin=1)
     except ValueError as e:
-        raise _err(label, f"not a numeric array ({_why(e)}); one frame of angles a row"
-                          + (", comma-separated" if delim == "," else "")) from None
+        raise err(label, f"not a numeric array ({why(e)}); one frame of angles a row"
+                         + (", comma-separated" if delim == "," else "")) from None
     if a.ndim:
         _check_rows(label, a.shape[0])
     return {"angles": a}
 
 
 def _first_line(p: Path, label: str) -> str:
-    from ..data import io as wio
-
-    limit = getattr(wio, "MAX_LINE_CHARS", 1 << 20)
+    limit = _limits().max_line_chars
     try:
         with open(p, encoding="utf-8-sig") as f:
             for line in f:
                 if len(line) > limit:
-                    raise _err(label, f"a line is longer than {limit:,} characters; not an angle table")
+                    raise err(label, f"a line is longer than {limit:,} characters; not an angle table")
                 if line.strip() and not line.lstrip().startswith("#"):
                     return line.strip()
     except UnicodeDecodeError as e:
-        raise _err(label, f"not UTF-8 text ({_why(e)}); angle text files hold numbers") from None
+        raise err(label, f"not UTF-8 text ({why(e)}); angle text files hold numbers") from None
     return ""
 
 
@@ -651,15 +618,13 @@ def _split(line: str, delim: str | None) -> list[str]:
 
 def _header_columns(p: Path, label: str, names: Sequence[str], delim: str | None) -> dict[str, Any]:
     """A text table with a header line: the joint columns and the extras, by name."""
-    from ..data import io as wio
-
-    limit = getattr(wio, "MAX_LINE_CHARS", 1 << 20)
-    max_rows = _max_frames()
+    limits = _limits()
+    limit, max_rows = limits.max_line_chars, limits.max_frames
     with open(p, encoding="utf-8-sig", newline="") as f:
         lines = (ln for ln in f if ln.strip() and not ln.lstrip().startswith("#"))
         rows = csv.reader(lines, delimiter=delim) if delim else (ln.split() for ln in lines)
         header = [h.strip() for h in next(rows)]
-        wio.check_unique_columns(header, label, _angle_role(names))
+        check_unique_columns(header, label, _angle_role(names))
         joints, extra = _pick(header, names)
         if not joints:
             keys = header
@@ -678,12 +643,12 @@ def _header_columns(p: Path, label: str, names: Sequence[str], delim: str | None
             if n >= max_rows:
                 _check_rows(label, n + 1)
             if len(row) != len(header):
-                raise _err(label, f"data row {n + 1} has {len(row)} fields, the header {len(header)}; every row "
-                                  "needs one value for each column")
+                raise err(label, f"data row {n + 1} has {len(row)} fields, the header {len(header)}; every row "
+                                 "needs one value for each column")
             for c in want:
                 cell = row[where[c]]
                 if len(cell) > limit:
-                    raise _err(label, f"data row {n + 1}: a field is longer than {limit:,} characters")
+                    raise err(label, f"data row {n + 1}: a field is longer than {limit:,} characters")
                 vals[c].append(cell)
     cols: dict[str, Any] = {}
     for j in joints:
@@ -694,21 +659,26 @@ def _header_columns(p: Path, label: str, names: Sequence[str], delim: str | None
     return cols
 
 
+_MISSING = ("", "nan", "NaN", "NA", "null", "None")
+
+
 def _cells(texts: list[str], label: str, column: str) -> np.ndarray:
-    out = np.empty(len(texts), np.float64)
-    for i, t in enumerate(texts):
-        t = t.strip()
-        if t in ("", "nan", "NaN", "NA", "null", "None"):
-            out[i] = math.nan
-            continue
-        if t in ("True", "False", "true", "false"):
-            out[i] = 1.0 if t.lower() == "true" else 0.0
-            continue
-        try:
-            out[i] = float(t)
-        except ValueError:
-            raise _err(label, f"data row {i + 1}, column '{column}': {t[:40]!r} is not a number; angle tables "
-                              "hold numbers (radians unless --degrees)") from None
+    """A text column as float64, converted by NumPy: ``""``, ``nan``, ``NA``, ``null``, ``None`` → NaN,
+    ``True`` / ``False`` → 1 / 0; a cell that is no number is the one-line error naming its data row."""
+    t = np.char.strip(np.asarray(texts, dtype=str))
+    out = np.full(t.shape, math.nan)
+    true, false = np.isin(t, ("True", "true")), np.isin(t, ("False", "false"))
+    out[true], out[false] = 1.0, 0.0
+    num = np.flatnonzero(~(np.isin(t, _MISSING) | true | false))
+    try:
+        out[num] = t[num].astype(np.float64)
+    except ValueError:
+        for i in num:  # the first cell Python's float() refuses too
+            try:
+                out[i] = float(t[i])
+            except ValueError:
+                raise err(label, f"data row {i + 1}, column '{column}': {str(t[i])[:40]!r} is not a number; "
+                                 "angle tables hold numbers (radians unless --degrees)") from None
     return out
 
 
@@ -763,8 +733,8 @@ def read_landmarks(path: str | os.PathLike, *, fps: float | None = None, **optio
         raise OSError(f"{label}: cannot read (No such file or directory); check the path")
     rec = load_landmarks(path, fps=fps, **options)
     if len(rec.sources) > 1:
-        raise _err(label, f"holds {len(rec.sources)} recordings ({', '.join(rec.sources[:3])}"
-                          f"{', ...' if len(rec.sources) > 3 else ''}); give one file")
+        raise err(label, f"holds {len(rec.sources)} recordings ({', '.join(rec.sources[:3])}"
+                         f"{', ...' if len(rec.sources) > 3 else ''}); give one file")
     ts = np.asarray(rec.timestamps, np.float64)
     hand = {"Right": "right", "Left": "left"}.get(_majority(rec.handedness))
     return LandmarkTable(world=np.asarray(rec.world, np.float64), timestamps=None if np.isnan(ts).all() else ts,
@@ -796,6 +766,6 @@ def table_side(table: AngleTable, given: str | None, default: str = "right") -> 
                     "angles, as --side says")
         return given, note
     if len(sides) > 1:
-        raise _err(table.path, f"holds frames of both hands ({', '.join(sorted(sides))}); give --side, or "
+        raise err(table.path, f"holds frames of both hands ({', '.join(sorted(sides))}); give --side, or "
                                "one recording's frames")
     return table.side or default, None

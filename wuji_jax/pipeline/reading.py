@@ -30,19 +30,16 @@ def count_frames(path: Any) -> int | None:
         if ext == ".npz":
             import zipfile
 
+            from ..data.formats.npy import npz_entries, npz_header
+
             with zipfile.ZipFile(p) as z:
-                names = z.namelist()
-                for key in (f"{k}.npy" for k in wio.LANDMARK_KEYS):
-                    if key in names:
-                        break
-                else:
-                    key = names[0] if len(names) == 1 else None
+                members = npz_entries(z)
+                key = next((k for k in wio.LANDMARK_KEYS if k in members), None)
+                if key is None and len(members) == 1:
+                    key = next(iter(members))
                 if key is None:
                     return None
-                with z.open(key) as f:
-                    version = np.lib.format.read_magic(f)
-                    shape = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                             else np.lib.format.read_array_header_2_0(f))[0]
+                shape = npz_header(z, members[key])[0]
                 return int(shape[0]) if len(shape) == 3 else 1
         if ext in (".parquet", ".pq"):
             import pyarrow.parquet as pq
