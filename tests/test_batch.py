@@ -300,6 +300,45 @@ def test_changed_input_or_no_resume_starts_over(tmp_path, world, monkeypatch):
     assert s["resumed_frames"] == 0 and any("started over" in n for n in s["notes"])
 
 
+# ------------------------------------------------------------------------------------------ the job
+
+
+def test_the_job_spec_checks_its_settings_and_plans_chunks_and_blocks(tmp_path, world):
+    """Both executors take one frozen JobSpec: its settings checked (the errors solve_dataset and
+    solve_dataset_ray raise), ``iterations`` folded into the solver config, the inputs expanded and
+    counted once; the plan's geometry: chunks of the stream, a file moved to the next chunk when the side
+    changes, files cut into blocks. Neither public signature takes a test hook."""
+    import dataclasses
+    import inspect
+
+    from wuji_jax.pipeline import job, ray_cluster
+
+    out = tmp_path / "o.npz"
+    for bad, match in [(dict(side="both"), "side must be"), (dict(on_error="ignore"), "on_error must be"),
+                       (dict(fps=-1), "fps must be"), (dict(chunk_size=0), "chunk_size must be"),
+                       (dict(iterations=0), "iterations must be"), (dict(out=tmp_path / "o.txt"), "extension")]:
+        with pytest.raises(ValueError, match=match):
+            job.JobSpec(tmp_path, **{"out": out, **bad})
+    spec = job.JobSpec(_npy(tmp_path / "a.npy", world[:70]), str(out), chunk_size="64", iterations=3)
+    assert spec.out == out and spec.chunk_size == 64 and spec.config.iterations == 3 and spec.files == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.side = "left"
+    spec = spec.with_inputs()
+    assert spec.files == (tmp_path / "a.npy",) and spec.counts == (70,) and spec.total == 70 and spec.quick
+    assert spec.config.iterations == 3  # kept by dataclasses.replace
+    assert spec.batch_rows("cpu", 2) == kernel.default_batch(64, "cpu", 2, 70)
+    assert dataclasses.replace(spec, batch_size=5).batch_rows("cpu", 2) == 6  # rounded up to the devices
+    assert list(job.chunks_of(70, 200, 64)) == [64, 128, 192] and list(job.chunks_of(5, 5, 64)) == []
+    assert job.align(70, "right", "right", 64) == 70 and job.align(70, "right", "left", 64) == 128
+    assert job.blocks_of([300, None, 50], 128, None) == [
+        {"file": 0, "start": 0, "stop": 128, "unit": 0}, {"file": 0, "start": 128, "stop": 256, "unit": 1},
+        {"file": 0, "start": 256, "stop": None, "unit": 2}, {"file": 1, "start": 0, "stop": None, "unit": 3},
+        {"file": 2, "start": 0, "stop": None, "unit": 4}]
+    assert len(job.blocks_of([300], 128, 200)) == 1  # more than max_frames: one block, refused by the reader
+    for fn in (batch.solve_dataset, ray_cluster.solve_dataset_ray):
+        assert not [p for p in inspect.signature(fn).parameters if p.startswith("_")]
+
+
 # ----------------------------------------------------------------------------------- bad input
 
 

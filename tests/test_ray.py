@@ -175,13 +175,18 @@ def test_a_fresh_run_of_known_size_writes_its_table_as_blocks_arrive(cluster, da
 
 @needs_ray
 def test_worker_killed_mid_job_gives_identical_output_and_a_resume_solves_only_the_missing_blocks(cluster, data,
-                                                                                                   tmp_path):
-    """A worker dies mid-job (os._exit after solving a chunk): Ray retries its block and the table is
-    identical. Then, as if a run had died before one block: the rerun solves that block only and
-    writes the same bytes."""
+                                                                                                   tmp_path,
+                                                                                                   monkeypatch):
+    """A worker dies mid-job (os._exit after solving a chunk, by the driver's test hook
+    ``WUJI_JAX_RAY_CRASH_ONCE``): Ray retries its block and the table is identical. Then, as if a run had
+    died before one block: the rerun solves that block only and writes the same bytes."""
+    from wuji_jax.pipeline.ray_cluster import CRASH_ONCE_ENV
+
     marker = tmp_path / "crashed"
     out = tmp_path / "angles.parquet"
-    first = _solve(cluster, data, out, keep_parts=True, _crash_once=marker)
+    monkeypatch.setenv(CRASH_ONCE_ENV, str(marker))
+    first = _solve(cluster, data, out, keep_parts=True)
+    monkeypatch.delenv(CRASH_ONCE_ENV)
     assert marker.exists()  # a worker did die; Ray retried its block
     _same_table(out, data["ref"])
     _same_summary(first, data["summary"])

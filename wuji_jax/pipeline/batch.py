@@ -83,11 +83,8 @@ then concatenate the per-process tables (``pandas.concat``); each process resume
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import os
-import shutil
 import sys
 import threading
 import time
@@ -97,17 +94,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..data import io as wio
-from .kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job
 from .interrupts import DeferredInterrupt
-from .reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
-from ..data.outputs import strict_json
-from .store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_ok,
-                           remove_stale_temporaries, run_identity, write_part)
-from .table import Assembler, finish_table, import_writers, plot_angles
+from .job import DEFAULT_CHUNK_SIZE, Assembly, JobRun, JobSpec, align, chunks_of
+from .kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job  # noqa: F401 (re-exported)
+from .reading import FileError, Prefetch, read_file, side_of_file
+from .reading import count_frames, most_frames  # noqa: F401 (re-exported: wuji_jax.batch.count_frames, ...)
+from .store import OutputLock, part_ok, write_part
+from .table import import_writers
 
 __all__ = ["solve_dataset", "sample_landmarks_path", "output_columns", "DEFAULT_CHUNK_SIZE", "QUICK_JOB_FRAMES"]
 
-DEFAULT_CHUNK_SIZE = 4096
 SAMPLE_NAME = "human_hand_video_landmarks.npz"
 
 
@@ -308,24 +304,22 @@ def solve_dataset(
     """
     import jax
 
-    from ..ik import SolverConfig
-
     t_start = time.perf_counter()
-    if side not in ("right", "left", "auto"):
-        raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    fps = wio.check_fps(fps)
-    chunk_size = int(chunk_size)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    config = config or SolverConfig()
-    if iterations is not None:
-        if int(iterations) < 1:
-            raise ValueError(f"iterations must be >= 1, got {iterations}")
-        config = dataclasses.replace(config, iterations=int(iterations))
-    out = out_path(out)
+    spec = JobSpec(source, out, side=side, chunk_size=chunk_size, resume=resume, progress=progress, inspire=inspire,
+                   on_error=on_error, config=config, batch_size=batch_size, check_units=check_units, fps=fps,
+                   plot=plot, keep_parts=keep_parts, max_frames=max_frames, iterations=iterations)
+    devices = _local_devices(devices, jax)
+    spec = spec.with_inputs()
+    batch_size = spec.batch_rows(devices[0].platform, len(devices))
+    retarget, map_note = _inspire_models(inspire, command_map, inspire_urdf, side)
+    spec.out.parent.mkdir(parents=True, exist_ok=True)
+    with OutputLock(spec.out), DeferredInterrupt() as stop:
+        return LocalExecutor(spec, devices, batch_size, retarget, map_note).run(stop, t_start)
 
+
+def _local_devices(devices, jax) -> list:
+    """``devices`` as a non-empty list: all local devices (None), the first ``devices`` of them (an int)
+    or the devices given; ``ValueError`` otherwise."""
     if devices is None:
         devices = jax.local_devices()
     elif isinstance(devices, int) and not isinstance(devices, bool):
@@ -336,23 +330,7 @@ def solve_dataset(
     devices = list(devices)
     if not devices:
         raise ValueError("devices is empty")
-    nd = len(devices)
-    dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
-
-    files = wio.expand_sources(source)
-    check_outputs(source, files, out)
-    counts = [count_frames(f) for f in files]  # the headers, read once
-    total, most = total_frames(counts), most_frames(files, counts)
-    if batch_size is None:
-        batch_size = default_batch(chunk_size, devices[0].platform, nd, most)
-    batch_size = -(-max(int(batch_size), 1) // nd) * nd
-    retarget, map_note = _inspire_models(inspire, command_map, inspire_urdf, side)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with OutputLock(out), DeferredInterrupt() as stop:
-        summary = _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config,
-                                batch_size, check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total,
-                                quick_job(most), stop, retarget, map_note)
-    return summary
+    return devices
 
 
 def _inspire_models(inspire: bool, method: str, urdf, side: str) -> tuple[dict | None, str | None]:
@@ -374,244 +352,200 @@ def _inspire_models(inspire: bool, method: str, urdf, side: str) -> tuple[dict |
     return found, None
 
 
-def _solve_locked(files, out, side, chunk_size, resume, progress, devices, inspire, on_error, config, batch_size,
-                  check_units, fps, plot, keep_parts, max_frames, dtype, t_start, total, quick,
-                  stop: DeferredInterrupt, retarget: dict | None = None, map_note: str | None = None
-                  ) -> dict[str, Any]:
-    """:func:`solve_dataset` once its arguments are checked and it holds the output's lock (``total``:
-    the inputs' frames as their headers give them, or None; ``quick``: a small job, :func:`quick_job`;
-    ``stop``: Ctrl-C, raised between chunks, never while the solver compiles)."""
-    # matplotlib and pyarrow load while the solver compiles and the frames are read, not after
-    parquet = Path(out).suffix.lower() in (".parquet", ".pq")
-    # (not a daemon, as Kernel.preload's thread: a job that fails at once waits for the imports at exit)
-    imports = threading.Thread(target=import_writers, args=(plot, parquet), name="wuji_jax-import")
-    kernel = Kernel(config, devices, batch_size, dtype, quick=quick, retarget=retarget if inspire else None)
-    if total and not (resume and Path(str(out) + ".parts").exists()):
-        # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the
-        # cache) while they are hashed and read
-        kernel.preload(inspire, imports.start if (plot or parquet) else None)
-    elif plot or parquet:
-        imports.start()
-    identity = run_identity(files, chunk_size, side, config, inspire, check_units, fps, dtype, devices, batch_size,
-                            kernel.options, retarget)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    remove_stale_temporaries(out)
+class LocalExecutor:
+    """The local executor: a :class:`~wuji_jax.pipeline.job.JobSpec` (with its inputs) solved on this
+    process's ``devices`` as one stream of chunks (the module docstring says how), in kernel batches of
+    ``batch_size`` rows (a multiple of the device count), its Inspire channels from ``retarget``'s models
+    (``{side: URDF}``) or, with None, from the joint map (``map_note``: why ``"auto"`` chose it)."""
 
-    notes: list[str] = []
-    parts_dir, manifest_path, old = open_parts(out, identity, resume, notes)
-    entries: dict[int, dict] = {int(e["index"]): e for e in old.get("files", [])} if old else {}
-    done = set()
-    for part in sorted(parts_dir.glob("chunk_*.npz")):
-        if part_ok(part, digest):
-            done.add(int(part.stem.split("_")[1]))
-        else:  # cut short (a full disk, a copy) or from another run: solved again
-            notes.append(f"{part}: damaged or not from this run's inputs; solved again")
-            part.unlink()
-    manifest = {"version": MANIFEST_VERSION, "identity": identity, "files": []}
+    def __init__(self, spec: JobSpec, devices: Sequence[Any], batch_size: int, retarget: dict | None = None,
+                 map_note: str | None = None):
+        self.spec, self.devices, self.batch_size = spec, list(devices), int(batch_size)
+        self.retarget, self.map_note = retarget, map_note
 
-    def save_manifest():
-        manifest["files"] = [entries[i] for i in sorted(entries)]
-        atomic_json(manifest_path, manifest)
+    def run(self, stop: DeferredInterrupt, t_start: float) -> dict[str, Any]:
+        """Solve the job once the caller holds the output's lock (``stop``: Ctrl-C, raised between
+        chunks, never while the solver compiles; ``t_start``: when the call began). Returns the
+        summary of :func:`solve_dataset`; raises what it documents."""
+        spec, devices, retarget = self.spec, self.devices, self.retarget
+        out, chunk_size, inspire, total = spec.out, spec.chunk_size, spec.inspire, spec.total
+        # matplotlib and pyarrow load while the solver compiles and the frames are read, not after
+        parquet = out.suffix.lower() in (".parquet", ".pq")
+        # (not a daemon, as Kernel.preload's thread: a job that fails at once waits for the imports at exit)
+        imports = threading.Thread(target=import_writers, args=(spec.plot, parquet), name="wuji_jax-import")
+        kernel = Kernel(spec.config, devices, self.batch_size, spec.dtype, quick=spec.quick,
+                        retarget=retarget if inspire else None)
+        if total and not (spec.resume and spec.parts_dir.exists()):
+            # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the
+            # cache) while they are hashed and read
+            kernel.preload(inspire, imports.start if (spec.plot or parquet) else None)
+        elif spec.plot or parquet:
+            imports.start()
+        job = JobRun(spec, spec.identity(devices[0].platform, len(devices), self.batch_size, kernel.options,
+                                         retarget), "files", t_start)
+        entries: dict[int, dict] = {int(e["index"]): e for e in job.recorded}
+        done = set()
+        for part in sorted(job.parts_dir.glob("chunk_*.npz")):
+            if part_ok(part, job.digest):
+                done.add(int(part.stem.split("_")[1]))
+            else:  # cut short (a full disk, a copy) or from another run: solved again
+                job.notes.append(f"{part}: damaged or not from this run's inputs; solved again")
+                part.unlink()
 
-    save_manifest()
+        def save_manifest():
+            job.save_manifest([entries[i] for i in sorted(entries)])
 
-    def part_path(start: int) -> Path:
-        return parts_dir / f"chunk_{start:012d}.npz"
+        save_manifest()
 
-    def chunks_of(a: int, b: int) -> range:
-        return range(a // chunk_size * chunk_size, b, chunk_size) if b > a else range(0)
+        def part_path(start: int) -> Path:
+            return job.parts_dir / f"chunk_{start:012d}.npz"
 
-    # a fresh run of known size writes its table while it solves (no assembly from the part files at
-    # the end, unless a failed file's rows went in: then the parts are assembled without them)
-    stream = Assembler(out, [str(f) for f in files], inspire, total) if not (done or entries or total is None) \
-        else None
+        # a fresh run of known size writes its table while it solves (no assembly from the part files at
+        # the end, unless a failed file's rows went in: then the parts are assembled without them)
+        if not (done or entries or total is None):
+            job.stream_table()
+        stream = job.stream
 
-    def save(path: Path, arrays: dict[str, np.ndarray]):
-        write_part(path, arrays)
-        if stream is not None:
-            stream.add(arrays)
+        def save(path: Path, arrays: dict[str, np.ndarray]):
+            write_part(path, arrays)
+            if stream is not None:
+                stream.add(arrays)
 
-    bar = _Progress(total, progress)
-    stats = {"done": 0, "solved": 0, "resumed": 0, "dispatched": 0}
-    pending: list = []  # at most one dispatched chunk whose results are not written yet
-    writer = _Background(ahead=2)  # part files are written while the next chunks are solved
+        bar = _Progress(total, spec.progress)
+        stats = {"done": 0, "dispatched": 0}
+        pending: list = []  # at most one dispatched chunk whose results are not written yet
+        writer = _Background(ahead=2)  # part files are written while the next chunks are solved
 
-    def finish_pending():
-        while pending:
-            chunk, outs = pending.pop(0)
-            res = kernel.collect(outs, chunk.n)
-            arrays = {"source": np.concatenate(chunk.source), "frame": np.concatenate(chunk.frame),
-                      "timestamp": np.concatenate(chunk.time), "side": np.asarray(chunk.side),
-                      "run": np.asarray(digest), **res}
-            writer.submit(save, part_path(chunk.start), arrays)
-            done.add(chunk.start)
-            stats["done"] += chunk.n
-            stats["solved"] += chunk.n
-            bar.update(stats["done"], stats["solved"])
+        def finish_pending():
+            while pending:
+                chunk, outs = pending.pop(0)
+                res = kernel.collect(outs, chunk.n)
+                arrays = {"source": np.concatenate(chunk.source), "frame": np.concatenate(chunk.frame),
+                          "timestamp": np.concatenate(chunk.time), "side": np.asarray(chunk.side),
+                          "run": np.asarray(job.digest), **res}
+                writer.submit(save, part_path(chunk.start), arrays)
+                done.add(chunk.start)
+                stats["done"] += chunk.n
+                job.solved += chunk.n
+                bar.update(stats["done"], job.solved)
 
-    def flush(chunk: _Chunk | None):
-        if chunk is None or chunk.n == 0:
-            return
-        world = np.concatenate(chunk.world)
-        if not stats["dispatched"] and kernel.first_use(chunk.side):
-            bar.compiling()
-        stats["dispatched"] += 1
-        outs = kernel.dispatch(chunk.side, world, inspire)  # asynchronous: solves while we write the previous one
-        chunk.world = []
-        finish_pending()
-        pending.append((chunk, outs))
+        def flush(chunk: _Chunk | None):
+            if chunk is None or chunk.n == 0:
+                return
+            world = np.concatenate(chunk.world)
+            if not stats["dispatched"] and kernel.first_use(chunk.side):
+                bar.compiling()
+            stats["dispatched"] += 1
+            outs = kernel.dispatch(chunk.side, world, inspire)  # asynchronous: solves while we write the previous one
+            chunk.world = []
+            finish_pending()
+            pending.append((chunk, outs))
 
-    pos = 0  # position in the stream (chunk k covers [k * chunk_size, (k + 1) * chunk_size))
-    cur: _Chunk | None = None
-    cur_side: str | None = None  # side of the chunk containing pos
-    errors: list[str] = []
-    try:
-        for fi, src in enumerate(files):
-            stop.check()
-            name = str(src)
-            e = entries.get(fi)
-            if e is not None and e["start"] == _align(pos, cur_side, e["side"], chunk_size) and all(
-                    k in done for k in chunks_of(e["start"], e["end"])):
-                # finished by an earlier run: skip without reading
-                pos, cur_side = e["end"], e["side"]
-                if e.get("error"):
-                    errors.append(e["error"])
-                else:
-                    stats["done"] += e["frames"]
-                    stats["resumed"] += e["frames"]
-                    notes.extend(e.get("notes", []))
-                bar.update(stats["done"], stats["solved"])
-                continue
-            file_notes: list[str] = []
-            file_side = None
-            start = pos
-            frames = 0
-            try:
-                checked = not check_units
-                for local, world, t in Prefetch(read_file(src, name, chunk_size, fps, max_frames)):
-                    stop.check()
-                    if file_side is None:
-                        file_side = side_of_file(side, world, name, file_notes)
-                        pos = _align(pos, cur_side, file_side, chunk_size)
-                        if cur is not None and cur.start != pos // chunk_size * chunk_size:
-                            flush(cur)  # a side change moved us to the next chunk
-                            cur = None
-                        start, cur_side = pos, file_side
-                    if not checked and np.isfinite(world).all(axis=(1, 2)).any():
-                        from ..hand.landmarks import unit_problem
+        def resumed(frames: int):
+            stats["done"] += frames
+            job.resumed += frames
 
-                        problem = unit_problem(world)
-                        if problem:
-                            raise FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check at the "
-                                             "command line, check_units=False in Python)")
-                        checked = True
-                    i = 0
-                    m = world.shape[0]
-                    while i < m:
-                        k0 = pos // chunk_size * chunk_size
-                        take = min(k0 + chunk_size - pos, m - i)
-                        if k0 in done:
-                            stats["done"] += take
-                            stats["resumed"] += take
-                        else:
-                            if cur is None or cur.start != k0:
+        pos = 0  # position in the stream (chunk k covers [k * chunk_size, (k + 1) * chunk_size))
+        cur: _Chunk | None = None
+        cur_side: str | None = None  # side of the chunk containing pos
+        try:
+            for fi, src in enumerate(spec.files):
+                stop.check()
+                name = str(src)
+                e = entries.get(fi)
+                if e is not None and e["start"] == align(pos, cur_side, e["side"], chunk_size) and all(
+                        k in done for k in chunks_of(e["start"], e["end"], chunk_size)):
+                    # finished by an earlier run: skip without reading
+                    pos, cur_side = e["end"], e["side"]
+                    if e.get("error"):
+                        job.errors.append(e["error"])
+                    else:
+                        resumed(e["frames"])
+                        job.notes.extend(e.get("notes", []))
+                    bar.update(stats["done"], job.solved)
+                    continue
+                file_notes: list[str] = []
+                file_side = None
+                start = pos
+                frames = 0
+                try:
+                    checked = not spec.check_units
+                    for local, world, t in Prefetch(read_file(src, name, chunk_size, spec.fps, spec.max_frames)):
+                        stop.check()
+                        if file_side is None:
+                            file_side = side_of_file(spec.side, world, name, file_notes)
+                            pos = align(pos, cur_side, file_side, chunk_size)
+                            if cur is not None and cur.start != pos // chunk_size * chunk_size:
+                                flush(cur)  # a side change moved us to the next chunk
+                                cur = None
+                            start, cur_side = pos, file_side
+                        if not checked and np.isfinite(world).all(axis=(1, 2)).any():
+                            from ..hand.landmarks import unit_problem
+
+                            problem = unit_problem(world)
+                            if problem:
+                                raise FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check "
+                                                "at the command line, check_units=False in Python)")
+                            checked = True
+                        i = 0
+                        m = world.shape[0]
+                        while i < m:
+                            k0 = pos // chunk_size * chunk_size
+                            take = min(k0 + chunk_size - pos, m - i)
+                            if k0 in done:
+                                resumed(take)
+                            else:
+                                if cur is None or cur.start != k0:
+                                    flush(cur)
+                                    cur = _Chunk(k0, file_side)
+                                cur.add(fi, local + i, world[i:i + take], t[i:i + take])
+                            pos += take
+                            i += take
+                            frames += take
+                            if pos % chunk_size == 0 and cur is not None and cur.start == k0:
                                 flush(cur)
-                                cur = _Chunk(k0, file_side)
-                            cur.add(fi, local + i, world[i:i + take], t[i:i + take])
-                        pos += take
-                        i += take
-                        frames += take
-                        if pos % chunk_size == 0 and cur is not None and cur.start == k0:
-                            flush(cur)
-                            cur = None
-                    bar.update(stats["done"], stats["solved"])
-            except FileError as err:
-                msg = str(err)
-                if on_error == "raise":
-                    raise ValueError(msg) from None
-                errors.append(msg)
+                                cur = None
+                        bar.update(stats["done"], job.solved)
+                except FileError as err:
+                    msg = str(err)
+                    if spec.on_error == "raise":
+                        raise ValueError(msg) from None
+                    job.errors.append(msg)
+                    entries[fi] = {"index": fi, "path": name, "start": start, "end": pos, "frames": frames,
+                                   "side": cur_side, "error": msg}
+                    save_manifest()
+                    continue
+                job.notes.extend(file_notes)
                 entries[fi] = {"index": fi, "path": name, "start": start, "end": pos, "frames": frames,
-                               "side": cur_side, "error": msg}
+                               "side": file_side, "error": None, "notes": file_notes}
                 save_manifest()
-                continue
-            notes.extend(file_notes)
-            entries[fi] = {"index": fi, "path": name, "start": start, "end": pos, "frames": frames,
-                           "side": file_side, "error": None, "notes": file_notes}
-            save_manifest()
-        flush(cur)
-        finish_pending()
-        writer.wait()
-        stop.check()
-    except BaseException as e:
-        writer.abandon()
-        if stream is not None:
-            stream.abort()
-        bar.close(ok=False)
-        kept = len(list(parts_dir.glob("chunk_*.npz")))
-        if not kept:  # nothing worth resuming: leave no folder behind
-            shutil.rmtree(parts_dir, ignore_errors=True)
-        elif isinstance(e, (ValueError, KeyboardInterrupt)):
-            what = "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)
-            raise type(e)(f"{what} ({kept} finished chunk{'s' if kept != 1 else ''} kept in {parts_dir}: "
-                          "the same command resumes from them)") from None
-        raise
-    bar.close()
+            flush(cur)
+            finish_pending()
+            writer.wait()
+            stop.check()
+        except BaseException as e:
+            writer.abandon()
+            bar.close(ok=False)
+            hint = job.kept_parts("chunk")
+            if hint is not None and isinstance(e, (ValueError, KeyboardInterrupt)):
+                what = "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)
+                raise type(e)(f"{what} ({hint})") from None
+            raise
+        bar.close()
 
-    try:
         failed = {i for i, e in entries.items() if e.get("error")}
         good = [e for i, e in sorted(entries.items()) if i not in failed and e["frames"] > 0]
-        if not good:
-            what = "; ".join(errors) if errors else "the inputs hold no frames"
-            shutil.rmtree(parts_dir, ignore_errors=True)
-            raise ValueError(f"nothing solved: {what}")
-        needed = sorted({k for e in entries.values() for k in chunks_of(e["start"], e["end"])})
+        needed = sorted({k for e in entries.values() for k in chunks_of(e["start"], e["end"], chunk_size)})
         missing = [k for k in needed if k not in done]
-        if missing:  # cannot happen unless parts were deleted while running
-            raise RuntimeError(f"{parts_dir}: part chunk_{missing[0]:012d}.npz is missing; run again")
-
-        n_rows = sum(e["frames"] for e in good)
-        try:  # the lock keeps other runs out; this catches anything else that touched the folder
-            on_disk = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
-            on_disk = None
-        if on_disk != json.loads(json.dumps(strict_json(manifest))):
-            raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
-        assembled = finish_table(stream, True, out, [part_path(k) for k in needed], failed, files, inspire,
-                                  n_rows, digest)
-    except BaseException:
-        if stream is not None:
-            stream.abort()
-        raise
-    wall = time.perf_counter() - t_start
-
-    plot_path = None
-    if plot:
-        try:
-            plot_path = plot_angles(out.with_name(out.stem + "_plot.png"), assembled["sample"], len(good) == 1)
-        except ImportError:
-            notes.append("plot skipped: matplotlib is not installed (pip install 'wuji-jax[viz]')")
-    res = assembled["residual_valid"]
-    summary = {
-        "frames": assembled["frames"], "flagged": assembled["flagged"], "valid": assembled["valid"],
-        "flag_counts": assembled["flag_counts"],
-        "residual_mm_mean": float(np.mean(res)) if res.size else None,
-        "residual_mm_median": float(np.median(res)) if res.size else None,
-        "frames_per_second": stats["solved"] / wall if wall > 0 else None,
-        "wall_seconds": wall, "solved_frames": stats["solved"], "resumed_frames": stats["resumed"],
-        "files": len(files) - len(failed), "errors": errors, "notes": notes,
-        "devices": [str(d) for d in devices], "batch_size": batch_size, "chunk_size": chunk_size,
-        "iterations": int(config.iterations), "output": str(out),
-        "plot": None if plot_path is None else str(plot_path),
-        "summary": str(out.with_name(out.stem + "_summary.json")),
-        "command_map": identity["command_map"], "command_map_note": map_note,
-        "inspire_urdf": None if not (inspire and retarget) else {k: str(v) for k, v in retarget.items()},
-    }
-    atomic_json(Path(summary["summary"]), summary)
-    if not keep_parts:
-        shutil.rmtree(parts_dir, ignore_errors=True)
-    if imports.ident is not None:  # started: its imports end before the answer, as every thread here
-        imports.join()
-    return summary
+        summary = job.finish(
+            Assembly([part_path(k) for k in needed], failed, sum(e["frames"] for e in good), len(good),
+                     missing=f"chunk_{missing[0]:012d}.npz" if missing else None),
+            [str(d) for d in devices], self.batch_size, command_map=job.identity["command_map"],
+            command_map_note=self.map_note,
+            inspire_urdf=None if not (inspire and retarget) else {k: str(v) for k, v in retarget.items()})
+        if imports.ident is not None:  # started: its imports end before the answer, as every thread here
+            imports.join()
+        return summary
 
 
 class _Background:
@@ -642,12 +576,3 @@ class _Background:
         for f in self._futures:
             f.cancel()
         self._pool.shutdown(wait=True)
-
-
-def _align(pos: int, cur_side: str | None, side: str, chunk_size: int) -> int:
-    """Where a file of ``side`` starts: at ``pos``, or at the next chunk if the current one differs."""
-    if cur_side is None or cur_side == side or pos % chunk_size == 0:
-        return pos
-    return -(-pos // chunk_size) * chunk_size
-
-

@@ -77,22 +77,18 @@ import hashlib
 import io as _bytes_io
 import json
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..data import io as wio
-from .batch import DEFAULT_CHUNK_SIZE
-from .kernel import Kernel, default_batch, kernel_compile_options, quick_job
-from .reading import FileError, Prefetch, count_frames, most_frames, read_file, side_of_file, total_frames
-from ..data.outputs import strict_json
-from .store import (MANIFEST_VERSION, OutputLock, atomic_json, check_outputs, open_parts, out_path, part_arrays,
-                           part_ok, read_part, remove_stale_temporaries, run_identity)
-from .table import Assembler, finish_table, plot_angles
+from .job import DEFAULT_CHUNK_SIZE, Assembly, JobRun, JobSpec, blocks_of
+from .kernel import Kernel, kernel_compile_options
+from .reading import FileError, Prefetch, read_file, side_of_file
+from .store import OutputLock, part_arrays, part_ok, read_part
 
 __all__ = ["solve_dataset_ray", "require_ray", "DEFAULT_BLOCK_CHUNKS"]
 
@@ -103,6 +99,10 @@ DEFAULT_BLOCK_CHUNKS = 16
 BLOCKS_PER_WORKER = 2
 _RUNNER = "ray"
 _INSTALL = "pip install 'wuji-jax[ray]'"
+#: the test hook, read by :func:`solve_dataset_ray` only: where this environment variable names a path that
+#: does not exist, the first worker to solve a chunk creates it and exits at once (``os._exit``), so that a
+#: test sees Ray restart a worker mid-block and the job's output unchanged. Unset in normal use.
+CRASH_ONCE_ENV = "WUJI_JAX_RAY_CRASH_ONCE"
 
 
 def require_ray():
@@ -119,24 +119,55 @@ def require_ray():
 # ------------------------------------------------------------------------------------ the worker
 
 
-class _BlockSolver:
-    """Ray Data's stateful callable: one per worker. ``__init__`` sets up JAX (one device), the
-    compilation cache, the hand and the compiled kernel; ``__call__`` solves a batch of block rows
-    (``unit``, ``file``, ``path``, ``name``, ``start``, ``stop``) into rows of ``unit``, ``meta``
-    (JSON: frames, side, notes, error, worker) and ``part`` (the part file's bytes)."""
+@dataclasses.dataclass(frozen=True)
+class _Workers:
+    """What the driver decided about the workers, sent to each with the job's spec.
 
-    def __init__(self, *, settings: dict, cache: tuple | None, gpu: bool, crash_once: str | None = None):
+    Attributes:
+        gpu: one GPU per worker (else CPUs).
+        cpus: JAX devices per worker: its CPUs (``cpus_per_worker``), or 1 on a GPU.
+        count: the actors asked for.
+        batch_size: rows per kernel call (a multiple of ``cpus``).
+        quick: a small job, compiled with quick options (as ``solve_dataset`` compiles it).
+        block_size: frames per block (a multiple of the spec's ``chunk_size``).
+        cache: ``(folder or None, explicit)`` of the workers' compilation cache, or None (off).
+        address: the cluster's address as the caller gave it.
+        crash_once: :data:`CRASH_ONCE_ENV`'s path (tests), or None.
+    """
+
+    gpu: bool
+    cpus: int
+    count: int
+    batch_size: int
+    quick: bool
+    block_size: int
+    cache: tuple | None
+    address: str | None
+    crash_once: str | None = None
+
+
+class _BlockSolver:
+    """Ray Data's stateful callable: one per worker. ``__init__`` sets up JAX (``workers.cpus`` CPU
+    devices or one GPU), the compilation cache, the hand and the compiled kernel for ``spec`` (a
+    :class:`~wuji_jax.pipeline.job.JobSpec`; ``digest``: the run's, written into every part);
+    ``__call__`` solves a batch of block rows (``unit``, ``file``, ``path``, ``name``, ``start``,
+    ``stop``) into rows of ``unit``, ``meta`` (JSON: frames, side, notes, error, worker) and ``part``
+    (the part file's bytes)."""
+
+    def __init__(self, *, spec: JobSpec, workers: _Workers, digest: str):
         import jax
 
         from ..runtime.devices import jax_started
 
-        k = 1 if gpu else int(settings["cpu_devices"])
+        gpu = workers.gpu
+        k = 1 if gpu else int(workers.cpus)
         if not jax_started():
             if not gpu:
                 jax.config.update("jax_platforms", "cpu")
             jax.config.update("jax_num_cpu_devices", k)
-        jax.config.update("jax_enable_x64", settings["dtype"] == "float64")
+        jax.config.update("jax_enable_x64", np.dtype(spec.dtype).name == "float64")
         folder = None
+        cache = workers.cache
         if cache is not None:
             from ..runtime.cache import ENV_OFF, enable_compilation_cache
 
@@ -152,12 +183,12 @@ class _BlockSolver:
         if len(devices) < k:
             raise RuntimeError(f"a worker's JAX has {len(devices)} CPU device(s), not cpus_per_worker={k}: "
                                "it was started before the worker could set jax_num_cpu_devices")
-        self.s = settings
-        self.config = settings["config"]
-        self.dtype = np.dtype(settings["dtype"])
-        self.kernel = Kernel(self.config, devices, settings["batch_size"], self.dtype, quick=settings["quick"])
+        self.spec, self.workers, self.digest = spec, workers, digest
+        self.config = spec.config
+        self.dtype = np.dtype(spec.dtype)
+        self.kernel = Kernel(self.config, devices, workers.batch_size, self.dtype, quick=workers.quick)
         self.worker = f"{socket.gethostname()}:{os.getpid()} " + ",".join(map(str, devices))
-        self.crash_once = crash_once
+        self.crash_once = workers.crash_once
         self._warm_up(folder, device, len(devices))
 
     def _warm_up(self, folder: str | None, device, n_devices: int) -> None:
@@ -167,11 +198,11 @@ class _BlockSolver:
         mark and load the program from the cache at once, side by side."""
         import jax
 
-        s = self.s
-        side = s["side"] if s["side"] != "auto" else "right"
+        s, w = self.spec, self.workers
+        side = s.side if s.side != "auto" else "right"
 
         def run():
-            outs = self.kernel.dispatch(side, np.full((1, 21, 3), np.nan, self.dtype), s["inspire"])
+            outs = self.kernel.dispatch(side, np.full((1, 21, 3), np.nan, self.dtype), s.inspire)
             self.kernel.collect(outs, 1)
 
         try:
@@ -184,8 +215,8 @@ class _BlockSolver:
         from .. import __version__
 
         key = hashlib.sha256(repr((__version__, jax.__version__, device.platform, device.device_kind, n_devices,
-                                   s["batch_size"], s["quick"],
-                                   self.dtype.name, side, s["inspire"], self.config.static(),
+                                   w.batch_size, w.quick,
+                                   self.dtype.name, side, s.inspire, self.config.static(),
                                    os.environ.get("XLA_FLAGS", ""))).encode()).hexdigest()[:16]
         mark = Path(folder) / f".wuji_jax_ray_{key}.compiled"
         if not mark.exists():
@@ -214,7 +245,7 @@ class _BlockSolver:
 
     def solve_block(self, row: dict) -> tuple[dict, bytes]:
         """One block: ``(meta, part bytes)``; a bad file gives its error and no part."""
-        s = self.s
+        s = self.spec
         name, path = row["name"], row["path"]
         start, stop = int(row["start"]), row["stop"]
         meta = {"unit": int(row["unit"]), "file": int(row["file"]), "start": start, "frames": 0,
@@ -234,12 +265,12 @@ class _BlockSolver:
                     Path(self.crash_once).touch()  # tests: this worker dies once, mid-block
                     os._exit(1)
 
-        checked = not s["check_units"]
+        checked = not s.check_units
 
         def decide(world):  # the side and the unit check, from the file's first chunks
             nonlocal side, checked
             if side is None:
-                side = side_of_file(s["side"], world, name, meta["notes"])
+                side = side_of_file(s.side, world, name, meta["notes"])
             if not checked and np.isfinite(world).all(axis=(1, 2)).any():
                 from ..hand.landmarks import unit_problem
 
@@ -252,9 +283,9 @@ class _BlockSolver:
             # a block further in: its file's head decides, then reading starts one chunk before the block
             # (which checks the timestamps' order across the block's start); formats that cannot start
             # there are read from the start (io._reader)
-            skip = max(start - s["chunk_size"], 0)
+            skip = max(start - s.chunk_size, 0)
             if skip:
-                head = read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"])
+                head = read_file(path, path, s.chunk_size, s.fps, s.max_frames)
                 for local, world, _ in head:
                     if local >= skip:
                         break
@@ -263,14 +294,14 @@ class _BlockSolver:
                         break
                 head.close()
             for local, world, t in Prefetch(
-                    read_file(path, path, s["chunk_size"], s["fps"], s["max_frames"], skip)):
+                    read_file(path, path, s.chunk_size, s.fps, s.max_frames, skip)):
                 decide(world)
                 m = world.shape[0]
                 if local + m <= start:  # before this block: read for the side and unit check only
                     continue
                 if stop is not None and local >= stop:
                     break
-                outs = self.kernel.dispatch(side, world, s["inspire"])  # asynchronous
+                outs = self.kernel.dispatch(side, world, s.inspire)  # asynchronous
                 collect()  # the previous chunk, while this one is solved
                 pending.append((outs, m))
                 frame_parts.append(local + np.arange(m, dtype=np.int64))
@@ -289,34 +320,13 @@ class _BlockSolver:
         frames = np.concatenate(frame_parts)
         arrays = {"source": np.full(frames.shape[0], int(row["file"]), np.int32), "frame": frames,
                   "timestamp": np.concatenate(time_parts), "side": np.asarray(side),
-                  "run": np.asarray(s["digest"]), **{k: np.concatenate(v) for k, v in got.items()}}
+                  "run": np.asarray(self.digest), **{k: np.concatenate(v) for k, v in got.items()}}
         buf = _bytes_io.BytesIO()
         np.savez(buf, **arrays)
         return meta, buf.getvalue()
 
 
 # ------------------------------------------------------------------------------------ the driver
-
-
-@dataclasses.dataclass(frozen=True)
-class _Device:
-    """What :func:`wuji_jax.runner.store.run_identity` reads of a device: its platform."""
-
-    platform: str
-
-
-def _blocks(counts: Sequence[int | None], block_size: int, max_frames: int | None) -> list[dict]:
-    """The blocks of files with ``counts`` frames (None: unknown), in input order: ``file``, ``start``,
-    ``stop`` (None: to the end of the file)."""
-    out = []
-    for fi, n in enumerate(counts):
-        limit = wio.MAX_FRAMES if max_frames is None else max_frames
-        if n is None or n <= block_size or n > limit:  # unknown, small, or refused by the reader anyway
-            out.append({"file": fi, "start": 0, "stop": None})
-            continue
-        for s in range(0, n, block_size):
-            out.append({"file": fi, "start": s, "stop": s + block_size if s + block_size < n else None})
-    return out
 
 
 def _cache_setting(compilation_cache: Any) -> tuple | None:
@@ -410,7 +420,6 @@ def solve_dataset_ray(
     keep_parts: bool = False,
     max_frames: int | None = wio.MAX_FRAMES,
     compilation_cache: str | os.PathLike | bool | None = None,
-    _crash_once: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Solve every frame of landmark files on a Ray cluster into one table (see the module docstring).
 
@@ -453,41 +462,21 @@ def solve_dataset_ray(
         ImportError: Ray (with Ray Data) is not installed.
         ValueError: bad arguments, or (``on_error="raise"``) a bad file.
     """
-    import jax
-
-    from ..ik import SolverConfig
-
     ray = require_ray()
     t_start = time.perf_counter()
-    if side not in ("right", "left", "auto"):
-        raise ValueError(f"side must be 'right', 'left' or 'auto', got {side!r}")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    chunk_size = int(chunk_size)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    block_size = DEFAULT_BLOCK_CHUNKS * chunk_size if block_size is None else int(block_size)
+    spec = JobSpec(source, out, side=side, chunk_size=chunk_size, resume=resume, progress=progress, inspire=inspire,
+                   on_error=on_error, config=config, batch_size=batch_size, check_units=check_units, fps=fps,
+                   plot=plot, keep_parts=keep_parts, max_frames=max_frames, iterations=iterations)
+    block_size = DEFAULT_BLOCK_CHUNKS * spec.chunk_size if block_size is None else int(block_size)
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    block_size = -(-block_size // chunk_size) * chunk_size
+    block_size = -(-block_size // spec.chunk_size) * spec.chunk_size
     if workers is not None and int(workers) < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    config = config or SolverConfig()
-    if iterations is not None:
-        if int(iterations) < 1:
-            raise ValueError(f"iterations must be >= 1, got {iterations}")
-        config = dataclasses.replace(config, iterations=int(iterations))
-    max_frames = wio.check_max_frames(max_frames)
-    fps = wio.check_fps(fps)
-    out = out_path(out)
-    dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
+    spec = dataclasses.replace(spec, max_frames=wio.check_max_frames(max_frames))
     cache = _cache_setting(compilation_cache)
-
-    files = wio.expand_sources(source)
-    check_outputs(source, files, out)
-    counts = [count_frames(f) for f in files]  # the headers, read once (batch size and blocks)
-    most = most_frames(files, counts)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = spec.with_inputs()
+    spec.out.parent.mkdir(parents=True, exist_ok=True)
     started = _connect(ray, address, progress)
     try:
         gpus = int(ray.cluster_resources().get("GPU", 0))
@@ -495,126 +484,102 @@ def solve_dataset_ray(
         if gpu and not gpus:
             raise ValueError("use_gpu=True but the Ray cluster has no GPUs")
         k = 1 if gpu else _cpus_per_worker(ray, cpus_per_worker)
-        if batch_size is None:  # as solve_dataset's for these files
-            batch_size = default_batch(chunk_size, "gpu" if gpu else "cpu", k, most)
-        batch_size = -(-max(int(batch_size), 1) // k) * k  # a multiple of the worker's devices
         if workers is None:
             workers = gpus if gpu else max(int(ray.cluster_resources().get("CPU", 1)) // k, 1)
-        run = {"config": config, "dtype": np.dtype(dtype).name, "batch_size": batch_size, "counts": counts,
-               "gpu": gpu, "cpus": k, "workers": int(workers), "cache": cache, "crash_once": None if _crash_once is None
-               else str(_crash_once), "address": address,
-               "quick": quick_job(most)}
-        with OutputLock(out):
-            return _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progress, inspire,
-                                 on_error, check_units, fps, plot, keep_parts, max_frames, run, t_start)
+        team = _Workers(gpu=gpu, cpus=k, count=int(workers), batch_size=spec.batch_rows("gpu" if gpu else "cpu", k),
+                        quick=spec.quick, block_size=block_size, cache=cache, address=address,
+                        crash_once=os.environ.get(CRASH_ONCE_ENV) or None)
+        with OutputLock(spec.out):
+            return RayExecutor(ray, spec, team).run(t_start)
     finally:
         if started:
             ray.shutdown()
 
 
-def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progress, inspire, on_error,
-                  check_units, fps, plot, keep_parts, max_frames, run, t_start) -> dict[str, Any]:
-    """:func:`solve_dataset_ray` once its arguments are checked, Ray runs and the output is locked."""
-    config, dtype, batch_size, gpu = run["config"], run["dtype"], run["batch_size"], run["gpu"]
-    platform = "gpu" if gpu else "cpu"  # the workers' devices and compile options (their runner.kernel.Kernel)
-    identity = run_identity(files, chunk_size, side, config, inspire, check_units, fps, dtype,
-                                [_Device(platform)] * run["cpus"], batch_size,
-                                kernel_compile_options(platform, run["quick"]))
-    identity.update(runner=_RUNNER, block_size=block_size, max_frames=max_frames)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    remove_stale_temporaries(out)
+class RayExecutor:
+    """The Ray executor: a :class:`~wuji_jax.pipeline.job.JobSpec` (with its inputs) solved in blocks by an
+    actor pool on the cluster of ``ray`` (connected), ``team`` saying which workers and how they solve
+    (the module docstring says how a run is laid out)."""
 
-    notes: list[str] = []
-    parts_dir, manifest_path, old = open_parts(out, identity, resume, notes, " (or it was not a Ray run)")
-    recorded: dict[int, dict] = {int(u["unit"]): u for u in old.get("units", [])} if old else {}
+    def __init__(self, ray, spec: JobSpec, team: _Workers):
+        self.ray, self.spec, self.team = ray, spec, team
 
-    blocks = _blocks(run["counts"], block_size, max_frames)
-    for u, b in enumerate(blocks):
-        b["unit"] = u
+    def run(self, t_start: float) -> dict[str, Any]:
+        """Solve the job once the caller holds the output's lock (``t_start``: when the call began).
+        Returns the summary of :func:`solve_dataset_ray`; raises what it documents."""
+        ray, spec, team = self.ray, self.spec, self.team
+        platform = "gpu" if team.gpu else "cpu"  # the workers' devices and compile options (their Kernel)
+        identity = spec.identity(platform, team.cpus, team.batch_size, kernel_compile_options(platform, team.quick))
+        identity.update(runner=_RUNNER, block_size=team.block_size, max_frames=spec.max_frames)
+        job = JobRun(spec, identity, "units", t_start, " (or it was not a Ray run)")
+        recorded: dict[int, dict] = {int(u["unit"]): u for u in job.recorded}
+        blocks = blocks_of(spec.counts, team.block_size, spec.max_frames)
 
-    def part_path(b: dict) -> Path:
-        return parts_dir / f"chunk_{b['file']:06d}_{b['start']:012d}.npz"
+        def part_path(b: dict) -> Path:
+            return job.parts_dir / f"chunk_{b['file']:06d}_{b['start']:012d}.npz"
 
-    done: dict[int, dict] = {}
-    for u, rec in recorded.items():
-        if u >= len(blocks):
-            continue
-        if rec.get("error") or not rec.get("frames") or part_ok(part_path(blocks[u]), digest):
-            done[u] = rec
-    keep = {part_path(blocks[u]) for u, r in done.items() if r.get("frames") and not r.get("error")}
-    for p in parts_dir.glob("chunk_*.npz"):
-        if p not in keep:  # cut short, or not recorded: solved again
-            p.unlink()
-    manifest = {"version": MANIFEST_VERSION, "identity": identity, "units": []}
+        done: dict[int, dict] = {}
+        for u, rec in recorded.items():
+            if u >= len(blocks):
+                continue
+            if rec.get("error") or not rec.get("frames") or part_ok(part_path(blocks[u]), job.digest):
+                done[u] = rec
+        keep = {part_path(blocks[u]) for u, r in done.items() if r.get("frames") and not r.get("error")}
+        for p in job.parts_dir.glob("chunk_*.npz"):
+            if p not in keep:  # cut short, or not recorded: solved again
+                p.unlink()
 
-    def save_manifest():
-        manifest["units"] = [done[u] for u in sorted(done)]
-        atomic_json(manifest_path, manifest)
+        def save_manifest():
+            job.save_manifest([done[u] for u in sorted(done)])
 
-    save_manifest()
-    failed_files = {r["file"] for r in done.values() if r.get("error")}
-    todo = [b for b in blocks if b["unit"] not in done and b["file"] not in failed_files]
-    resumed = sum(r.get("frames", 0) for r in done.values() if not r.get("error"))
-    solved = 0
-    workers_seen: set[str] = set()
-    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    try:
-        address = ray.get_runtime_context().gcs_address
-    except Exception:  # not in every Ray version: the address as given
-        address = run["address"]
-    n_workers = min(run["workers"], len(todo)) if todo else 0
-    # a fresh run of known size writes its table while the workers solve, block by block in input order
-    # (a block that comes early waits in its part file); a failed block sends it back to the parts
-    total = total_frames(run["counts"])
-    stream = Assembler(out, [str(f) for f in files], inspire, total) \
-        if todo and not done and total is not None else None
-    arrived: set[int] = set()
-    streamed = 0  # the blocks 0 .. streamed - 1 are in the table
+        save_manifest()
+        failed_files = {r["file"] for r in done.values() if r.get("error")}
+        todo = [b for b in blocks if b["unit"] not in done and b["file"] not in failed_files]
+        job.resumed = sum(r.get("frames", 0) for r in done.values() if not r.get("error"))
+        workers_seen: set[str] = set()
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        try:
+            address = ray.get_runtime_context().gcs_address
+        except Exception:  # not in every Ray version: the address as given
+            address = team.address
+        n_workers = min(team.count, len(todo)) if todo else 0
+        # a fresh run of known size writes its table while the workers solve, block by block in input order
+        # (a block that comes early waits in its part file); a failed block sends it back to the parts
+        if todo and not done and spec.total is not None:
+            job.stream_table()
+        arrived: set[int] = set()
+        streamed = 0  # the blocks 0 .. streamed - 1 are in the table
 
-    try:
-        if todo:
-            for meta in _run_blocks(ray, files, todo, n_workers, gpu, {
-                    "config": config, "dtype": dtype, "batch_size": batch_size, "side": side,
-                    "chunk_size": chunk_size, "inspire": inspire, "check_units": check_units, "fps": fps,
-                    "max_frames": max_frames, "digest": digest, "cpu_devices": run["cpus"],
-                    # compiled as solve_dataset compiles the same job (its values, bit for bit)
-                    "quick": run["quick"]}, run, progress):
-                u = meta["unit"]
-                blob = meta.pop("part")
-                if meta["error"]:
-                    if on_error == "raise":
-                        raise ValueError(meta["error"])
-                    if stream is not None:
-                        stream.abort()
-                        stream = None
-                elif meta["frames"]:
-                    _write_bytes(part_path(blocks[u]), blob)
-                    solved += meta["frames"]
-                    workers_seen.add(meta["worker"])
-                done[u] = {k: meta[k] for k in ("unit", "file", "start", "frames", "side", "notes", "error")}
-                save_manifest()
-                arrived.add(u)
-                while stream is not None and streamed in arrived:
-                    if done[streamed]["frames"]:
-                        stream.add(part_arrays(_bytes_io.BytesIO(blob)) if streamed == u
-                                   else read_part(part_path(blocks[streamed])))
-                    streamed += 1
-    except BaseException as e:
-        if stream is not None:
-            stream.abort()
-        kept = len(list(parts_dir.glob("chunk_*.npz")))
-        if not kept:
-            shutil.rmtree(parts_dir, ignore_errors=True)
-        elif isinstance(e, ValueError):
-            raise ValueError(f"{e} ({kept} finished block{'s' if kept != 1 else ''} kept in {parts_dir}: "
-                             "the same command resumes from them)") from None
-        elif isinstance(e, Exception):
-            raise RuntimeError(f"the Ray job failed ({type(e).__name__}: {' '.join(str(e).split())[:500]}); "
-                               f"{kept} finished block{'s' if kept != 1 else ''} kept in {parts_dir}: the same "
-                               "command resumes from them") from e
-        raise
+        try:
+            if todo:
+                for meta in _run_blocks(spec, todo, n_workers, team, job.digest):
+                    u = meta["unit"]
+                    blob = meta.pop("part")
+                    if meta["error"]:
+                        if spec.on_error == "raise":
+                            raise ValueError(meta["error"])
+                        job.drop_stream()
+                    elif meta["frames"]:
+                        _write_bytes(part_path(blocks[u]), blob)
+                        job.solved += meta["frames"]
+                        workers_seen.add(meta["worker"])
+                    done[u] = {k: meta[k] for k in ("unit", "file", "start", "frames", "side", "notes", "error")}
+                    save_manifest()
+                    arrived.add(u)
+                    while job.stream is not None and streamed in arrived:
+                        if done[streamed]["frames"]:
+                            job.stream.add(part_arrays(_bytes_io.BytesIO(blob)) if streamed == u
+                                           else read_part(part_path(blocks[streamed])))
+                        streamed += 1
+        except BaseException as e:
+            hint = job.kept_parts("block")
+            if hint is not None and isinstance(e, ValueError):
+                raise ValueError(f"{e} ({hint})") from None
+            if hint is not None and isinstance(e, Exception):
+                raise RuntimeError(f"the Ray job failed ({type(e).__name__}: {' '.join(str(e).split())[:500]}); "
+                                   f"{hint}") from e
+            raise
 
-    try:
         # a file's error is the first one in reading order: that of its first block that failed
         errors_by_file: dict[int, str] = {}
         for u in sorted(done):
@@ -622,61 +587,20 @@ def _solve_locked(ray, files, out, side, chunk_size, block_size, resume, progres
             if r.get("error") and r["file"] not in errors_by_file:
                 errors_by_file[r["file"]] = r["error"]
         failed = set(errors_by_file)
-        errors = [errors_by_file[f] for f in sorted(errors_by_file)]
+        job.errors = [errors_by_file[f] for f in sorted(errors_by_file)]
         good = [b for b in blocks if b["file"] not in failed and done[b["unit"]]["frames"] > 0]
-        if not good:
-            what = "; ".join(errors) if errors else "the inputs hold no frames"
-            shutil.rmtree(parts_dir, ignore_errors=True)
-            raise ValueError(f"nothing solved: {what}")
-        for b in blocks:  # notes of the good files, in input order (a file's notes come with its first block)
-            r = done[b["unit"]]
-            if b["file"] not in failed and b["start"] == 0:
-                notes.extend(r.get("notes") or [])
-        n_rows = sum(done[b["unit"]]["frames"] for b in good)
-        try:
-            on_disk = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
-            on_disk = None
-        if on_disk != json.loads(json.dumps(strict_json(manifest))):
-            raise RuntimeError(f"{manifest_path}: changed while this run was writing (another program?); run again")
-        assembled = finish_table(stream, streamed == len(blocks), out, [part_path(b) for b in good], failed,
-                                         files, inspire, n_rows, digest)
-    except BaseException:
-        if stream is not None:
-            stream.abort()
-        raise
-    wall = time.perf_counter() - t_start
-
-    plot_path = None
-    if plot:
-        try:
-            plot_path = plot_angles(out.with_name(out.stem + "_plot.png"), assembled["sample"],
-                                     len({b["file"] for b in good}) == 1)
-        except ImportError:
-            notes.append("plot skipped: matplotlib is not installed (pip install 'wuji-jax[viz]')")
-    res = assembled["residual_valid"]
-    summary = {
-        "frames": assembled["frames"], "flagged": assembled["flagged"], "valid": assembled["valid"],
-        "flag_counts": assembled["flag_counts"],
-        "residual_mm_mean": float(np.mean(res)) if res.size else None,
-        "residual_mm_median": float(np.median(res)) if res.size else None,
-        "frames_per_second": solved / wall if wall > 0 else None,
-        "wall_seconds": wall, "solved_frames": solved, "resumed_frames": resumed,
-        "files": len(files) - len(failed), "errors": errors, "notes": notes,
-        "devices": sorted(workers_seen), "batch_size": batch_size, "chunk_size": chunk_size,
-        "iterations": int(config.iterations), "output": str(out),
-        "plot": None if plot_path is None else str(plot_path),
-        "summary": str(out.with_name(out.stem + "_summary.json")),
-        # Ray's workers use the joint map (the CLI refuses --command-map retarget with --ray)
-        "command_map": "joint_map" if inspire else None, "command_map_note": None, "inspire_urdf": None,
-        "ray": {"address": address, "nodes": nodes, "workers": n_workers,
-                "cpus_per_worker": None if gpu else run["cpus"], "use_gpu": gpu,
-                "blocks": len(blocks), "block_size": block_size},
-    }
-    atomic_json(Path(summary["summary"]), summary)
-    if not keep_parts:
-        shutil.rmtree(parts_dir, ignore_errors=True)
-    return summary
+        for b in good:  # notes of the good files, in input order (a file's notes come with its first block)
+            if b["start"] == 0:
+                job.notes.extend(done[b["unit"]].get("notes") or [])
+        return job.finish(
+            Assembly([part_path(b) for b in good], failed, sum(done[b["unit"]]["frames"] for b in good),
+                     len({b["file"] for b in good}), complete=streamed == len(blocks)),
+            sorted(workers_seen), team.batch_size,
+            # Ray's workers use the joint map (the CLI refuses --command-map retarget with --ray)
+            command_map="joint_map" if spec.inspire else None,
+            ray={"address": address, "nodes": nodes, "workers": n_workers,
+                 "cpus_per_worker": None if team.gpu else team.cpus, "use_gpu": team.gpu,
+                 "blocks": len(blocks), "block_size": team.block_size})
 
 
 def _actor_pool(rd, n_workers: int):
@@ -698,11 +622,11 @@ def _actor_pool(rd, n_workers: int):
     return rd.ActorPoolStrategy(size=n_workers, max_tasks_in_flight_per_actor=1)
 
 
-def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, settings: dict, run: dict,
-                progress: bool):
-    """Yield each block's meta (with its ``part`` bytes) as the workers finish it, in any order."""
+def _run_blocks(spec: JobSpec, todo: list[dict], n_workers: int, team: _Workers, digest: str):
+    """Yield each block's meta (with its ``part`` bytes) as ``n_workers`` workers finish it, in any order."""
     import ray.data as rd
 
+    files, progress, gpu = spec.files, spec.progress, team.gpu
     rows = [{"unit": b["unit"], "file": b["file"], "path": str(Path(files[b["file"]]).absolute()),
              "name": str(files[b["file"]]), "start": b["start"], "stop": b["stop"]} for b in todo]
     import logging
@@ -723,9 +647,10 @@ def _run_blocks(ray, files, todo: list[dict], n_workers: int, gpu: bool, setting
         ds = rd.from_items(rows, override_num_blocks=len(rows))
         ds = ds.map_batches(
             _BlockSolver, batch_size=1, batch_format="pyarrow", compute=_actor_pool(rd, n_workers),
-            num_cpus=1 if gpu else run["cpus"], num_gpus=1 if gpu else None,
-            fn_constructor_kwargs={"settings": settings, "cache": run["cache"], "gpu": gpu,
-                                   "crash_once": run["crash_once"]})
+            num_cpus=1 if gpu else team.cpus, num_gpus=1 if gpu else None,
+            # the workers' spec holds the expanded files, not the caller's source (which may not pickle)
+            fn_constructor_kwargs={"spec": dataclasses.replace(spec, source=spec.files), "workers": team,
+                                   "digest": digest})
         for row in ds.iter_rows():
             meta = json.loads(row["meta"])
             meta["part"] = row["part"]
