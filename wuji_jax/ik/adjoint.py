@@ -36,10 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hand import geometry as geo
-from ..hand.chains import ChainParams
+from ..hand.chains import ChainParams, coupled_rows
 from ..hand.model import HandModel
 from .config import SolverConfig
-from .lm import REF, Problem, Structure, Variables, cost, keypoints, loop
+from .lm import REF, Problem, Structure, Variables, penalty, residuals, cost, evaluate, huber, keypoints, loop
 
 __all__ = ["NEWTON_STEPS", "DERIVATIVE_LM_ITERATIONS", "DERIVATIVE_LM_TOLERANCE", "minimise", "Refined", "retract", "objective", "gradient_and_hessian", "refine", "tangent",
            "decrement_tolerance"]
@@ -81,16 +81,155 @@ def _gradient(theta, st, x, z):
     return jax.grad(lambda z: jnp.sum(objective(theta, st, x, z)))(z)
 
 
+def _layout(st: Structure, nz: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Static tables of the block-arrow Hessian in the increments: the finger ``(nz,)`` (−1: a pose
+    increment) and slot of each increment, the directions ``(V, nz)`` that set slot ``v`` of every
+    finger at once, and the increment of each ``(slot, finger)`` (``nz``: padding)."""
+    ch = st.ch
+    pose0 = nz - 7
+    chain, slot = np.full(nz, -1), np.zeros(nz, int)
+    index = np.full((ch.V, ch.G), nz)
+    for g in range(ch.G):
+        for v in range(ch.V):
+            j = int(ch.var[g, v])
+            if j < pose0:
+                chain[j], slot[j], index[v, g] = g, v, j
+    dirs = np.zeros((ch.V, nz))
+    dirs[slot[:pose0], np.arange(pose0)] = 1.0
+    return chain, slot, dirs, index
+
+
+def _blocks(theta, st: Structure, x: Variables):
+    """The data term's gradient and exact Hessian in block-arrow form at ``x`` (the increments at 0):
+    per finger ``A (V, V, G, B)``, ``Bm (V, 7, G, B)``, ``gq (V, G, B)``; the pose ``C (7, 7, B)``,
+    ``gp (7, B)``. With ``e = u − z`` (:func:`~.lm.cost`) and ``c = w·ρ'(|e|)·ê`` per keypoint,
+    ``H = Σ Dᵀ M D + Σ c·∇²e``: ``D = de/d(variables) = (s/REF·J, −[z]×, I, u)``, ``M = w·∇²ρ`` (the
+    Huber curvature, ``ρ'/|e|·(I − êêᵀ)`` on its linear part), and the second derivatives of ``e``:
+    the model's (forward mode through :func:`~.lm.evaluate`'s analytic Jacobian, one direction per
+    slot for every finger at once: the fingers share no variable), ``∂²u/∂x∂σ = s/REF·J``,
+    ``∂²u/∂σ² = u`` and the rotation's (``z = exp(−φ)(z₀ − δ)``)."""
+    hand, params, prob, cfg = theta
+    ch = st.ch
+    V, G = ch.V, ch.G
+    dtype, B = x.logs.dtype, x.logs.shape[-1]
+    n, m = _sizes(st, x)
+    nz = n + m + 7
+    _, _, dirs, _ = _layout(st, nz)
+
+    def jac(qr):
+        return evaluate(hand, st, params, x._replace(q=qr[:n], rot=qr[n:] if m else x.rot))
+
+    qr = jnp.concatenate([x.q, x.rot]) if m else x.q
+    kp, J = jac(qr)
+
+    def along(d):  # d J / d(slot v of every finger) ; (3, K, V, G, B)
+        return jax.jvp(lambda a: jac(a)[1], (qr,), (jnp.broadcast_to(d[:, None], qr.shape),))[1]
+
+    dJ = jax.vmap(along)(jnp.asarray(dirs[:, :n + m], dtype))  # (V, 3, K, V, G, B)
+    sc = jnp.exp(x.logs) / REF
+    u, z, z0 = residuals(x, kp, prob)
+    delta = cfg.huber_delta / REF
+
+    def per_point(e, w):  # c = w ρ'(r) ê·r/r = w W e, and M = w W (I − (1 − quad) ê êᵀ) as (W, k·ê)
+        r2 = geo.dot(e, e)
+        _, W = huber(r2, delta)
+        lin = jnp.sqrt(jnp.maximum(r2, 1e-30)) > delta
+        e_hat = e / jnp.sqrt(jnp.maximum(r2, 1e-30))
+        return w * W, jnp.where(lin, 1.0, 0.0), e_hat
+
+    e = u - z  # (3, K, G, B)
+    Wk, lin, eh = per_point(e, prob.w)
+    e0 = -z0  # (3, r, B)
+    W0, lin0, eh0 = per_point(e0, prob.w_root)
+    c, c0 = Wk * e, W0 * e0
+
+    def metric(Wk, lin, eh, D):  # M D for columns D (3, P, ...) → (3, P, ...)
+        return Wk[None, None] * (D - lin[None, None] * eh[:, None] * geo.dot(eh[:, None], D)[None])
+
+    Jq = J * sc  # (3, K, V, G, B)
+    MJ = Wk[None, :, None] * (Jq - lin[None, :, None] * eh[:, :, None] * geo.dot(eh[:, :, None], Jq)[None])
+    A = geo.total(Jq[:, :, :, None] * MJ[:, :, None], (0, 1))  # (V, V, G, B)
+    A = A + sc * jnp.moveaxis(geo.total(c[None, :, :, None] * dJ, (1, 2)), 0, 1)  # Σ c·∂²u (rows v', cols v)
+    gq = geo.total(Jq * c[:, :, None], (0, 1))  # (V, G, B)
+
+    def pose_columns(z, u):  # D's pose columns (3, 7, ...): e_a × z, I, u
+        eye = jnp.eye(3, dtype=dtype).reshape((3, 3) + (1,) * (z.ndim - 1))
+        rot = jnp.stack([geo.cross(jnp.broadcast_to(eye[:, a], z.shape), z) for a in range(3)], 1)
+        return jnp.concatenate([rot, jnp.broadcast_to(eye, (3, 3) + z.shape[1:]), u[:, None]], 1)
+
+    Dp = pose_columns(z, u)  # (3, 7, K, G, B)
+    Bm = geo.total(MJ[:, :, :, None] * jnp.moveaxis(Dp, 1, 2)[:, :, None], (0, 1))  # (V, 7, G, B)
+    Bm = Bm.at[:, 6].add(geo.total(Jq * c[:, :, None], (0, 1)))  # ∂²u/∂x∂σ = s/REF·J
+    Dp0 = pose_columns(z0, jnp.zeros_like(z0))  # (3, 7, r, B)
+    MDp, MDp0 = metric(Wk, lin, eh, Dp), metric(W0, lin0, eh0, Dp0)
+    C = geo.total(Dp[:, :, None] * MDp[:, None], (0, 3, 4)) + geo.total(Dp0[:, :, None] * MDp0[:, None], (0, 3))
+    gp = geo.total(Dp * c[:, None], (0, 2, 3)) + geo.total(Dp0 * c0[:, None], (0, 2))
+    # the second derivatives in the pose: e = u − exp(−φ)(z₀ − δ): φφ: −(½(c_a z_b + c_b z_a) − c·z δ_ab),
+    # φδ: [c]× (and its transpose), σσ: c·u
+    cz = geo.total(c[:, None] * z[None], (2, 3)) + geo.total(c0[:, None] * z0[None], 2)  # (3, 3, B)
+    eye3 = jnp.eye(3, dtype=dtype)[..., None]
+    Cpp = -(0.5 * (cz + jnp.swapaxes(cz, 0, 1)) - jnp.trace(cz)[None, None] * eye3)
+    Cpd = geo.skew(geo.total(c, (1, 2)) + geo.total(c0, 1))
+    Css = geo.total(c * u, (0, 1, 2))
+    zero31 = jnp.zeros((3, 1, B), dtype)
+    C2 = jnp.concatenate([jnp.concatenate([Cpp, Cpd, zero31], 1),
+                          jnp.concatenate([jnp.swapaxes(Cpd, 0, 1), jnp.zeros((3, 3, B), dtype), zero31], 1),
+                          jnp.concatenate([jnp.zeros((1, 6, B), dtype), Css[None, None]], 1)], 0)
+    return A, Bm, gq, C + C2, gp
+
+
+def _penalty_terms(hand, st: Structure, x: Variables, prob: Problem, cfg):
+    """The penalties' gradient ``(n + m, B)`` and Hessian ``(n + m, n + m, B)`` in the angles (and soft
+    coupled angles): limits and prior on the diagonal, soft coupling's residual
+    ``r = rot − law(q)`` as ``c·(∇r ∇rᵀ + r·∇²r)`` (the law's cross term is its only curvature)."""
+    n, m = _sizes(st, x)
+    dtype, B = x.logs.dtype, x.logs.shape[-1]
+    viol = jnp.maximum(x.q - hand.upper[:, None], 0.0) + jnp.minimum(x.q - hand.lower[:, None], 0.0)
+    g = cfg.limit_weight * viol + cfg.prior_weight * (x.q - prob.q_prior)
+    d = jnp.where(viol != 0, cfg.limit_weight, 0.0) + cfg.prior_weight
+    if m:
+        g = jnp.concatenate([g, jnp.zeros((m, B), dtype)])
+        d = jnp.concatenate([d, jnp.zeros((m, B), dtype)])
+    H = jnp.eye(n + m, dtype=dtype)[..., None] * d[None]
+    if st.soft and m:
+        k = hand.coupling.astype(dtype)
+        r = x.rot - coupled_rows(hand, x.q)
+        for i, (src, sec) in enumerate(hand.mimic_sources):
+            row = jnp.zeros((n + m, B), dtype).at[n + i].set(1.0)
+            row = row.at[src].add(-(k[i, 0] + k[i, 2] * x.q[sec])).at[sec].add(-(k[i, 1] + k[i, 2] * x.q[src]))
+            g = g + cfg.coupling_weight * r[i] * row
+            cross = cfg.coupling_weight * r[i] * -k[i, 2]
+            H = H + cfg.coupling_weight * row[:, None] * row[None]
+            H = H.at[src, sec].add(cross).at[sec, src].add(cross)
+    return g, H
+
+
 def gradient_and_hessian(theta, st: Structure, x: Variables):
     """The objective ``(B,)``, its gradient ``g (nz, B)`` and exact Hessian ``H (nz, nz, B)`` in the
-    increments at ``x`` (forward over reverse, one direction per variable for every frame at once)."""
+    increments at ``x``: the data term's by :func:`_blocks` (fingers do not meet: the fingers' blocks
+    on the diagonal, the pose's row and column), the penalties' by :func:`_penalty_terms`."""
+    hand, params, prob, cfg = theta
+    ch = st.ch
     n, m = _sizes(st, x)
     nz, B = n + m + 7, x.logs.shape[-1]
-    z = jnp.zeros((nz, B), x.logs.dtype)
-    c = objective(theta, st, x, z)
-    g, hvp = jax.linearize(lambda z: _gradient(theta, st, x, z), z)
-    basis = jnp.broadcast_to(jnp.eye(nz, dtype=z.dtype)[:, :, None], (nz, nz, B))
-    return c, g, jax.vmap(hvp)(basis)
+    dtype = x.logs.dtype
+    G, V, P = ch.G, ch.V, ch.G * ch.V
+    chain, slot, _, _ = _layout(st, nz)
+    A, Bm, gq, C, gp = _blocks(theta, st, x)
+    # in finger-major slot order (g·V + v, then the pose), then taken to the increments' order
+    eye = jnp.eye(G, dtype=dtype)
+    Hff = (jnp.moveaxis(A, 2, 0)[:, :, None] * eye[:, None, :, None, None]).reshape(P, P, B)
+    Bf = jnp.moveaxis(Bm, 2, 0).reshape(P, 7, B)
+    Hs = jnp.concatenate([jnp.concatenate([Hff, Bf], 1), jnp.concatenate([jnp.swapaxes(Bf, 0, 1), C], 1)], 0)
+    pose0 = nz - 7
+    pos = np.concatenate([chain[:pose0] * V + slot[:pose0], P + np.arange(7)])
+    H = geo.take(geo.take(Hs, pos, 0), pos, 1)
+    g = geo.take(jnp.concatenate([jnp.moveaxis(gq, 1, 0).reshape(P, B), gp]), pos, 0)
+    g_pen, H_pen = _penalty_terms(hand, st, x, prob, cfg)
+    H = H.at[:pose0, :pose0].add(H_pen)
+    g = g.at[:pose0].add(g_pen)
+    c = objective(theta, st, x, jnp.zeros((nz, B), dtype))
+    return c, g, H
 
 
 def _bounds(hand, st: Structure, x: Variables, cfg):
@@ -165,64 +304,67 @@ def refine(theta, st: Structure, x: Variables, active) -> Refined:
     """Projected Newton from ``x`` (within the limits) on the frames where ``active (B,)``, with the
     exact Hessian, until the Newton decrement in the free increments is below
     :func:`decrement_tolerance`, at most :data:`NEWTON_STEPS` steps. A step that does not lower the
-    cost (or meets a Hessian that is not positive definite) is damped (``H + λ·mean(diag H)·I``, λ
-    ×10) and tried again; an accepted one lowers λ tenfold. Iteration 0 evaluates the start, so the
-    program holds one Hessian evaluation."""
+    cost (or meets a Hessian that is not positive definite) is damped (``H + λ·mean(diag H)·I``,
+    Nielsen's rule) and tried again; one whose quadratic model predicted the decrease well returns to
+    the plain Newton step. Pass 0 evaluates the start, so the program holds one Hessian evaluation;
+    each pass tests the point it ends at, so a frame converged at the start costs that one pass."""
     hand, _, _, cfg = theta
     dtype = x.logs.dtype
     B = x.logs.shape[-1]
     n, m = _sizes(st, x)
     nz = n + m + 7
     eps = jnp.finfo(dtype).eps
+    eye = jnp.eye(nz, dtype=dtype)
 
     def project(x):
         return x._replace(q=jnp.clip(x.q, hand.lower[:, None], hand.upper[:, None]),
                           logs=jnp.clip(x.logs, *_LOG_S))
 
+    def system(x, g, H):  # the free increments, the gradient in them and the reduced Hessian
+        lo, hi = _bounds(hand, st, x, cfg)
+        free = _free(lo, hi, g)
+        Hr = _reduced(H, free)
+        scale = jnp.maximum(jnp.mean(jnp.abs(jnp.diagonal(Hr, 0, 1, 2)), -1), eps)  # (B,)
+        return free, jnp.where(free, g, 0.0), Hr, scale
+
+    def newton(free, gf, Hr, scale, lam):  # the step (H + λ·scale·I)⁻¹(−g) in the free increments; PD or not
+        L = jnp.linalg.cholesky(Hr + (lam * scale)[:, None, None] * eye)
+        pd = jnp.all(jnp.isfinite(L), (1, 2))
+        dz = -_solve(jnp.where(pd[:, None, None], L, eye), gf)
+        return jnp.where(free & pd, dz, 0.0), pd
+
     def body(s: _State) -> _State:
         first = s.i == 0
-        lo, hi = _bounds(hand, st, s.x, cfg)
-        free = _free(lo, hi, s.g)
-        gf = jnp.where(free, s.g, 0.0)
-        Hr = _reduced(s.H, free)
-        scale = jnp.maximum(jnp.mean(jnp.abs(jnp.diagonal(Hr, 0, 1, 2)), -1), eps)  # (B,)
-        eye = jnp.eye(nz, dtype=dtype)
-
-        def newton(lam):  # the step (H + λ·scale·I)⁻¹(−g) in the free increments; PD or not
-            L = jnp.linalg.cholesky(Hr + (lam * scale)[:, None, None] * eye)
-            pd = jnp.all(jnp.isfinite(L), (1, 2))
-            dz = -_solve(jnp.where(pd[:, None, None], L, eye), gf)
-            return jnp.where(free & pd, dz, 0.0), pd
-
-        # converged: the Newton decrement gᵀH⁻¹g (undamped: a damped step understates it along flat
-        # directions) below rounding
-        dz0, pd0 = newton(jnp.full_like(s.lam, _LAM0))
-        done = ~first & pd0 & (-geo.total(gf * dz0, 0) <= decrement_tolerance(s.cost, dtype))
-        dz, pd = newton(s.lam)
+        free, gf, Hr, scale = system(s.x, s.g, s.H)
+        dz, pd = newton(free, gf, Hr, scale, s.lam)
         dec = -geo.total(gf * dz, 0)
-        move = ~first & s.active & ~done & pd
+        move = ~first & s.active & pd
         trial = project(retract(st, s.x, jnp.where(move, dz, 0.0)))
         c, g, H = gradient_and_hessian(theta, st, trial)
         ok = first | (move & jnp.isfinite(c) & (c <= s.cost + 4 * eps * jnp.abs(s.cost)))
-        # Nielsen's rule on the gain ratio ρ (actual over predicted decrease of the quadratic model)
+        # Nielsen's rule on the gain ratio ρ (actual over predicted decrease of the quadratic model);
+        # ρ > 0.75: the plain Newton step again (its quadratic convergence)
         Hdz = geo.total(jnp.moveaxis(Hr, 0, -1) * dz[None], 1)  # (nz, B)
         pred = dec - 0.5 * geo.total(dz * Hdz, 0)
         gain = (s.cost - c) / jnp.maximum(pred, jnp.finfo(dtype).tiny)
-        # (a model that predicts well, ρ > 0.75, drops λ tenfold: Newton's quadratic convergence back soon)
-        up = jnp.where(ok, jnp.where(gain > 0.75, 0.1, jnp.maximum(1 / 3, 1 - (2 * gain - 1) ** 3)), s.nu)
-        lam = jnp.where(first, _LAM0, jnp.maximum(s.lam * up, jnp.where(ok, _LAM0, 1e-3)))
+        up = jnp.where(ok, jnp.maximum(1 / 3, 1 - (2 * gain - 1) ** 3), s.nu)
+        lam = jnp.where(first | (ok & (gain > 0.75)), _LAM0, jnp.maximum(s.lam * up, jnp.where(ok, _LAM0, 1e-3)))
         sel = lambda new, old: jnp.where(ok, new, old)  # noqa: E731 (frames on the last axis)
-        counted = s.active & ~first & ~done
-        return _State(x=jax.tree_util.tree_map(sel, trial, s.x), cost=sel(c, s.cost), g=sel(g, s.g),
-                      H=sel(H, s.H), lam=jnp.where(s.active | first, lam, s.lam),
+        x1, c1, g1, H1 = jax.tree_util.tree_map(sel, trial, s.x), sel(c, s.cost), sel(g, s.g), sel(H, s.H)
+        # converged where the point reached has a Newton decrement gᵀH⁻¹g (undamped: a damped step
+        # understates it along flat directions) below rounding
+        free1, gf1, Hr1, scale1 = system(x1, g1, H1)
+        dz0, pd0 = newton(free1, gf1, Hr1, scale1, jnp.full_like(lam, _LAM0))
+        done = pd0 & (-geo.total(gf1 * dz0, 0) <= decrement_tolerance(c1, dtype))
+        counted = s.active & ~first
+        return _State(x=x1, cost=c1, g=g1, H=H1, lam=jnp.where(s.active | first, lam, s.lam),
                       nu=jnp.where(ok, 2.0, s.nu * 2), steps=s.steps + counted.astype(jnp.int32),
                       converged=s.converged | (s.active & done), active=s.active & ~done & (lam < 1e12), i=s.i + 1)
 
     s = _State(x=project(x), cost=jnp.full((B,), jnp.inf, dtype), g=jnp.zeros((nz, B), dtype),
-               H=jnp.zeros((nz, nz, B), dtype), lam=jnp.zeros((B,), dtype), nu=jnp.full((B,), 2.0, dtype), steps=jnp.zeros((B,), jnp.int32),
-               converged=~active, active=active, i=jnp.zeros((), jnp.int32))
-    # NEWTON_STEPS steps and one more pass to test the last step's result
-    s = jax.lax.while_loop(lambda s: (s.i == 0) | ((s.i <= NEWTON_STEPS + 1) & jnp.any(s.active)), body, s)
+               H=jnp.zeros((nz, nz, B), dtype), lam=jnp.zeros((B,), dtype), nu=jnp.full((B,), 2.0, dtype),
+               steps=jnp.zeros((B,), jnp.int32), converged=~active, active=active, i=jnp.zeros((), jnp.int32))
+    s = jax.lax.while_loop(lambda s: (s.i == 0) | ((s.i <= NEWTON_STEPS) & jnp.any(s.active)), body, s)
     lo, hi = _bounds(hand, st, s.x, cfg)
     free = _free(lo, hi, s.g)
     # a joint at a limit with no force holding it there: the solution is not differentiable
@@ -230,7 +372,7 @@ def refine(theta, st: Structure, x: Variables, active) -> Refined:
     L = jnp.linalg.cholesky(_reduced(s.H, free))
     pd = jnp.all(jnp.isfinite(L), (1, 2))
     exact = ~active | (s.converged & pd & ~kink)
-    L = jnp.where((exact & pd)[:, None, None], L, jnp.eye(nz, dtype=dtype))
+    L = jnp.where((exact & pd)[:, None, None], L, eye)
     return Refined(s.x, s.cost, s.g, L, free, s.steps, s.converged & active, exact)
 
 

@@ -45,7 +45,7 @@ from ..hand.chains import ChainParams, Chains, coupled_rows, fk, fk_variables, l
 from ..hand.model import HandModel
 from .config import SolverConfig
 
-__all__ = ["REF", "Structure", "Problem", "Variables", "LMState", "evaluate", "cost", "normal_equations",
+__all__ = ["REF", "Structure", "Problem", "Variables", "LMState", "evaluate", "residuals", "penalty", "cost", "normal_equations",
            "gauss_newton_step", "step", "loop", "chol_solve", "huber"]
 
 REF = 0.01  #: metres: residuals are measured in units of 1 cm inside the solver
@@ -134,7 +134,7 @@ def evaluate(hand, st: Structure, params: ChainParams, x: Variables):
     return fk_variables(hand, params, st.ch, x.q, _coupled(hand, x, st.soft), st.soft)
 
 
-def _residuals(x: Variables, kp, prob: Problem):
+def residuals(x: Variables, kp, prob: Problem):
     """``u = s·kp/REF``, ``z = Rᵀ(y − t)/REF`` ``(3, K, G, B)`` and the root's ``z0 (3, r, B)``."""
     u = kp * (jnp.exp(x.logs) / REF)
     z = geo.matTvec(x.R, prob.y - x.t[:, None, None]) / REF
@@ -142,7 +142,7 @@ def _residuals(x: Variables, kp, prob: Problem):
     return u, z, z0
 
 
-def _penalty(hand, x: Variables, prob: Problem, cfg: SolverConfig, soft: bool):
+def penalty(hand, x: Variables, prob: Problem, cfg: SolverConfig, soft: bool):
     viol = jnp.maximum(x.q - hand.upper[:, None], 0.0) + jnp.minimum(x.q - hand.lower[:, None], 0.0)
     d = x.q - prob.q_prior
     pen = 0.5 * cfg.limit_weight * geo.total(viol * viol, 0) + 0.5 * cfg.prior_weight * geo.total(d * d, 0)
@@ -156,13 +156,13 @@ def cost(hand, x: Variables, kp, prob: Problem, cfg: SolverConfig, soft: bool):
     """The objective ``(B,)`` at ``x`` with the chains' keypoints ``kp`` there: Σ_k w_k·Huber(|e_k|)
     (``e`` in units of 1 cm, Huber's δ = ``huber_delta``) + ½·limit_weight·Σ violation² +
     ½·prior_weight·|q − q_prior|² (+ ½·coupling_weight·(rot − law)² under soft coupling)."""
-    u, z, z0 = _residuals(x, kp, prob)
+    u, z, z0 = residuals(x, kp, prob)
     e = u - z
     delta = cfg.huber_delta / REF
     rho, _ = huber(geo.dot(e, e), delta)
     rho0, _ = huber(geo.dot(z0, z0), delta)
     data = geo.total(prob.w * rho, (0, 1)) + geo.total(prob.w_root * rho0, 0)
-    return data + _penalty(hand, x, prob, cfg, soft)
+    return data + penalty(hand, x, prob, cfg, soft)
 
 
 def _stored(x, one):
@@ -211,7 +211,7 @@ def normal_equations(hand, st: Structure, x: Variables, kp, J, prob: Problem, cf
     """
     ch = st.ch
     B = kp.shape[-1]
-    u, z, z0 = _residuals(x, kp, prob)
+    u, z, z0 = residuals(x, kp, prob)
     e = u - z
     delta = cfg.huber_delta / REF
     W = prob.w * huber(geo.dot(e, e), delta)[1]  # (K, G, B)
