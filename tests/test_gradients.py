@@ -88,3 +88,44 @@ def test_derivative_in_a_model_leaf_and_a_setting(right):
     rel = lambda a, b: np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(np.asarray(b))  # noqa: E731
     assert rel(jz, fz) < 1e-5 and rel(jw, fw) < 1e-4, (rel(jz, fz), rel(jw, fw))
     assert np.abs(np.asarray(jz)).max() > 1.0
+
+
+@pytest.mark.parametrize("coupling, estimate_scale", [("hard", True), ("soft", False)])
+def test_exact_hessian_is_the_objectives(right, coupling, estimate_scale):
+    """The block-arrow Hessian the derivative solves with (analytic Jacobian, forward-mode model
+    curvature, closed-form pose terms) against central differences of the objective's gradient by
+    automatic differentiation, float64: near a fit, with a landmark far enough off to be on Huber's
+    linear part, joints beyond a limit, the scale estimated or not."""
+    from wuji_jax.hand.chains import chain_params, chains_of, coupled_rows
+    from wuji_jax.ik import adjoint
+    from wuji_jax.ik.lm import Problem, Structure, Variables
+
+    B = 4
+    y = _real_frames(2, seed=3)
+    y[0, 8] += 0.05
+    rng = np.random.default_rng(4)
+    cfg = wj.SolverConfig(coupling=coupling, estimate_scale=estimate_scale)
+    res = wj.solve(right, y, config=cfg, check_units=False)
+    ch = chains_of(right, coupling == "soft")
+    st = Structure(ch, coupling == "soft")
+    yc = jnp.moveaxis(jnp.asarray(y), 0, -1).transpose(1, 0, 2)  # (3, 21, B)
+    q0 = jnp.asarray(rng.normal(0, 0.2, (20, B)))
+    w = jnp.ones((21, B))
+    roots = np.asarray(ch.root_kps, int)
+    prob = Problem(y=yc[:, ch.kp_of_slot].reshape(3, ch.K, ch.G, B),
+                   w=w[ch.kp_of_slot].reshape(ch.K, ch.G, B) * jnp.asarray(ch.slot_used[..., None], float),
+                   y_root=yc[:, roots], w_root=w[roots], q_prior=q0,
+                   rot_prior=coupled_rows(right, q0) if st.soft else jnp.zeros((0, B)), one=jnp.ones(()))
+    q = jnp.clip(res.angles.T + 0.01, right.lower[:, None] - 0.02, right.upper[:, None] - 1e-6)
+    x = Variables(q, res.coupled.T + 0.05 if st.soft else jnp.zeros((0, B)), jnp.moveaxis(res.rotation, 0, -1),
+                  res.translation.T, jnp.log(res.scale))
+    theta = (right, chain_params(right, ch), prob, cfg)
+    _, g, H = jax.jit(lambda th, x: adjoint.gradient_and_hessian(th, st, x))(theta, x)
+    # the reference: automatic differentiation of the objective for the gradient, and central
+    # differences of that gradient (h = 1e-6) for the Hessian, one increment at a time
+    grad = jax.jit(jax.grad(lambda z, th, x: jnp.sum(adjoint.objective(th, st, x, z))))
+    z = jnp.zeros(g.shape)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(grad(z, theta, x)), rtol=1e-9, atol=1e-9)
+    ref = np.stack([(np.asarray(grad(z.at[j].set(1e-6), theta, x)) - np.asarray(grad(z.at[j].set(-1e-6), theta, x))) / 2e-6
+                    for j in range(g.shape[0])], 1)  # (nz, nz, B): column j
+    np.testing.assert_allclose(np.asarray(H), ref, atol=1e-6 * np.abs(ref).max())

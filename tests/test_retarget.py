@@ -169,6 +169,11 @@ def test_retarget_batched_jit_vmap_grad_and_warm_start():
     mapped, g, warm = together(q)
     np.testing.assert_allclose(np.asarray(mapped), eager, atol=5e-3)  # float32 LM steps: rounding only
     assert g.shape == q.shape and np.all(np.isfinite(np.asarray(g)))
+    # the derivative of the solver's steps, against central differences (float32: h = 1e-3 rad)
+    d = jnp.asarray(np.random.default_rng(0).normal(size=q.shape), jnp.float32)
+    loss = lambda y: float(np.asarray(wi.retarget(y, robot))[..., 3].sum())  # noqa: E731
+    fd = (loss(q + 1e-3 * d) - loss(q - 1e-3 * d)) / 2e-3
+    assert abs(float(jnp.sum(g * d)) - fd) <= 0.02 * max(1.0, abs(fd)), (float(jnp.sum(g * d)), fd)
     np.testing.assert_allclose(np.asarray(warm), eager, atol=0.02)  # from its own answer: stays there
     with pytest.raises(ValueError, match="q0"):
         wi.retarget(q, robot, q0=np.zeros(6))
