@@ -664,8 +664,8 @@ def test_parquet_writer_builds_its_columns_without_pandas(tmp_path):
         import json, sys
         from pathlib import Path
         import numpy as np
-        from wuji_jax.pipeline.table import _Writer
-        w = _Writer(Path(sys.argv[1]))
+        from wuji_jax.pipeline.table import TableWriter
+        w = TableWriter(Path(sys.argv[1]))
         w.write({"source": np.array(["a.npy", "bé.npy", "a.npy"]), "frame": np.arange(3)[::-1],
                  "valid": np.array([True, False, True]), "x": np.array([0.5, np.nan, 2.0], np.float32),
                  "flags": np.array([0, 4, 1], np.int32)})

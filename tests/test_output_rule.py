@@ -523,7 +523,7 @@ def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_local_ray_cluster_listens_on_localhost_only():
-    from wuji_jax.pipeline.ray_cluster import _connect
+    from wuji_jax.pipeline.ray_cluster import connect
 
     import types
 
@@ -540,12 +540,12 @@ def test_a_local_ray_cluster_listens_on_localhost_only():
             self.kwargs = dict(kwargs, address=address, cluster=self._private.ray_constants.ENABLE_RAY_CLUSTER)
 
     ray = FakeRay()
-    assert _connect(ray, "local", False)
+    assert connect(ray, "local", False)
     assert ray.kwargs["_node_ip_address"] == "127.0.0.1" and ray.kwargs["include_dashboard"] is False
     assert ray.kwargs["dashboard_host"] == "127.0.0.1" and ray.kwargs["cluster"] is False
     assert ray._private.ray_constants.ENABLE_RAY_CLUSTER is True  # restored
     ray = FakeRay()
-    _connect(ray, "10.0.0.1:6379", False)  # joining a cluster: its addresses are its own
+    connect(ray, "10.0.0.1:6379", False)  # joining a cluster: its addresses are its own
     assert "_node_ip_address" not in ray.kwargs
 
 

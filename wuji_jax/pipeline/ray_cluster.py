@@ -90,7 +90,7 @@ from .kernel import Kernel, kernel_compile_options
 from .reading import FileError, Prefetch, read_file, side_of_file
 from .store import OutputLock, part_arrays, part_ok, read_part
 
-__all__ = ["solve_dataset_ray", "require_ray", "DEFAULT_BLOCK_CHUNKS"]
+__all__ = ["solve_dataset_ray", "require_ray", "connect", "DEFAULT_BLOCK_CHUNKS"]
 
 #: frames per block, in chunks: big enough that a block's start-up (reading the file up to it) is
 #: small next to solving it, small enough that the blocks of one big file keep every worker busy
@@ -355,7 +355,7 @@ def _cpus_per_worker(ray, asked: int | None) -> int:
     return int(asked)
 
 
-def _connect(ray, address: str | None, progress: bool) -> bool:
+def connect(ray, address: str | None, progress: bool) -> bool:
     """Join or start a cluster; True when this call started Ray (and so shuts it down). ``"local"``
     starts one bound to 127.0.0.1 (no port of it reachable from another machine), without dashboard."""
     if ray.is_initialized():
@@ -477,7 +477,7 @@ def solve_dataset_ray(
     cache = _cache_setting(compilation_cache)
     spec = spec.with_inputs()
     spec.out.parent.mkdir(parents=True, exist_ok=True)
-    started = _connect(ray, address, progress)
+    started = connect(ray, address, progress)
     try:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         gpu = gpus > 0 if use_gpu is None else bool(use_gpu)

@@ -17,7 +17,7 @@ from ..data.outputs import replacing
 from ..ik.config import FLAG_NAMES
 from .store import read_part
 
-__all__ = ["Assembler", "finish_table", "import_writers", "plot_angles"]
+__all__ = ["Assembler", "TableWriter", "finish_table", "import_writers", "plot_angles"]
 
 
 #: at most this many frames are drawn (evenly strided): two per pixel column of the plot's panels
@@ -60,7 +60,7 @@ def _table(part: dict[str, np.ndarray], names: list[str], inspire: bool,
     return t
 
 
-class _Writer:
+class TableWriter:
     """Appends tables to ``out`` in :func:`wuji_jax.io.write_results`' layout; streams Parquet/CSV."""
 
     def __init__(self, out: Path):
@@ -117,7 +117,7 @@ class _Writer:
 
 
 class Assembler:
-    """Appends solved parts, in stream order, to ``out`` (:class:`_Writer`) and keeps what the summary
+    """Appends solved parts, in stream order, to ``out`` (:class:`TableWriter`) and keeps what the summary
     and the plot need: flag and valid counts, the valid frames' residuals, and a sample of every
     ``stride``-th row (``stride`` from ``n_rows``, the rows expected, so that at most
     ``_PLOT_POINTS`` are drawn). :meth:`close` renames the table into place."""
@@ -125,7 +125,7 @@ class Assembler:
     def __init__(self, out: Path, names: list[str], inspire: bool, n_rows: int):
         self.out, self.names, self.inspire, self.n_rows = out, names, inspire, n_rows
         self.stride = max(1, -(-n_rows // _PLOT_POINTS))
-        self.writer = _Writer(out)
+        self.writer = TableWriter(out)
         self.hands: dict[str, Any] = {}
         self.residual: list[np.ndarray] = []
         self.sample: list[dict] = []
