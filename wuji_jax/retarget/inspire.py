@@ -1110,11 +1110,23 @@ class InspireStream:
         Returns:
             :func:`ctrl_message` of the filtered, rate-limited command, stamped ``t``.
         """
-        q = _check_angles(self.hand, angles)
+        if isinstance(angles, (np.ndarray, list, tuple)):  # host data: checked in numpy, no eager jax op
+            q = np.asarray(angles)
+            q = q.astype(jax.dtypes.canonicalize_dtype(q.dtype if np.issubdtype(q.dtype, np.floating) else float),
+                         copy=False)
+            n = self.hand.num_joints
+            if q.ndim == 0 or q.shape[-1] != n:
+                raise ValueError(f"angles must have shape (*batch, {n}) (radians, order hand.joint_names); "
+                                 f"got shape {tuple(q.shape)}")
+            bad = int(q.size - np.count_nonzero(np.isfinite(q)))
+            if bad:
+                raise ValueError(f"angles contain {bad} non-finite value(s) (NaN or inf)")
+        else:
+            q = _check_angles(self.hand, angles)
         if q.ndim != 1:
             raise ValueError(f"push takes one frame of shape ({self.hand.num_joints},); got {tuple(q.shape)}")
         if self.degrees:
-            q = jnp.deg2rad(q)
+            q = np.deg2rad(q) if isinstance(q, np.ndarray) else jnp.deg2rad(q)
         t = float(t)
         if not math.isfinite(t):
             raise ValueError(f"t must be finite seconds; got {t}")
@@ -1128,8 +1140,8 @@ class InspireStream:
             self._state = (x, jnp.zeros_like(x), out)
         else:
             x, self._state = _stream_step(
-                self.hand, self.calibration, q, self._state, jnp.asarray(t - self._t, dtype),
-                jnp.asarray(self.rate, dtype), self.smoothing or "none", *self._params,
+                self.hand, self.calibration, q, self._state, np.asarray(t - self._t, dtype),
+                np.asarray(self.rate, dtype), self.smoothing or "none", *self._params,
             )
         self._t = t
         self.raw_command = np.asarray(x, np.float64)
