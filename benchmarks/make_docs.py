@@ -447,9 +447,7 @@ def sec_first_answer(book: Results, detail: bool) -> str:
         if calls:
             out.append("Other entry points, first and second call in one fresh process (seconds; the first "
                        "compiles, later calls with the same shapes reuse the program; `wj.solve_optax` starts from "
-                       "`wj.solve` and `wj.calibrate` solves in each of its rounds, and their second calls came "
-                       "while the solver still compiled in the background, so those solves were answered in "
-                       "numpy: 27 ms and 1.0 s once compiled):")
+                       "`wj.solve` and `wj.calibrate` solves in each of its rounds):")
             out.append(table(["", "first call", "second call"],
                              [[names.get(k, f"`{k}`"), secs(v[0]), short(v[1])] for k, v in calls.items()]))
     if len(out) == 1:
