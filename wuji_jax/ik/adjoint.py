@@ -39,7 +39,7 @@ from ..hand import geometry as geo
 from ..hand.chains import ChainParams, coupled_rows
 from ..hand.model import HandModel
 from .config import SolverConfig
-from .lm import REF, Problem, Structure, Variables, penalty, residuals, cost, evaluate, huber, keypoints, loop
+from .lm import REF, Problem, Structure, Variables, residuals, cost, evaluate, huber, keypoints, loop
 
 __all__ = ["NEWTON_STEPS", "DERIVATIVE_LM_ITERATIONS", "DERIVATIVE_LM_TOLERANCE", "minimise", "Refined", "retract", "objective", "gradient_and_hessian", "refine", "tangent",
            "decrement_tolerance"]
@@ -81,27 +81,26 @@ def _gradient(theta, st, x, z):
     return jax.grad(lambda z: jnp.sum(objective(theta, st, x, z)))(z)
 
 
-def _layout(st: Structure, nz: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _layout(st: Structure, nz: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Static tables of the block-arrow Hessian in the increments: the finger ``(nz,)`` (−1: a pose
-    increment) and slot of each increment, the directions ``(V, nz)`` that set slot ``v`` of every
-    finger at once, and the increment of each ``(slot, finger)`` (``nz``: padding)."""
+    increment) and slot of each increment, and the directions ``(V, nz)`` that set slot ``v`` of every
+    finger at once."""
     ch = st.ch
     pose0 = nz - 7
     chain, slot = np.full(nz, -1), np.zeros(nz, int)
-    index = np.full((ch.V, ch.G), nz)
     for g in range(ch.G):
         for v in range(ch.V):
             j = int(ch.var[g, v])
             if j < pose0:
-                chain[j], slot[j], index[v, g] = g, v, j
+                chain[j], slot[j] = g, v
     dirs = np.zeros((ch.V, nz))
     dirs[slot[:pose0], np.arange(pose0)] = 1.0
-    return chain, slot, dirs, index
+    return chain, slot, dirs
 
 
 def _blocks(theta, st: Structure, x: Variables):
-    """The data term's gradient and exact Hessian in block-arrow form at ``x`` (the increments at 0):
-    per finger ``A (V, V, G, B)``, ``Bm (V, 7, G, B)``, ``gq (V, G, B)``; the pose ``C (7, 7, B)``,
+    """The chains' keypoints ``kp (3, K, G, B)`` at ``x``, and the data term's gradient and exact Hessian
+    in block-arrow form there (the increments at 0): per finger ``A (V, V, G, B)``, ``Bm (V, 7, G, B)``, ``gq (V, G, B)``; the pose ``C (7, 7, B)``,
     ``gp (7, B)``. With ``e = u − z`` (:func:`~.lm.cost`) and ``c = w·ρ'(|e|)·ê`` per keypoint,
     ``H = Σ Dᵀ M D + Σ c·∇²e``: ``D = de/d(variables) = (s/REF·J, −[z]×, I, u)``, ``M = w·∇²ρ`` (the
     Huber curvature, ``ρ'/|e|·(I − êêᵀ)`` on its linear part), and the second derivatives of ``e``:
@@ -109,12 +108,10 @@ def _blocks(theta, st: Structure, x: Variables):
     slot for every finger at once: the fingers share no variable), ``∂²u/∂x∂σ = s/REF·J``,
     ``∂²u/∂σ² = u`` and the rotation's (``z = exp(−φ)(z₀ − δ)``)."""
     hand, params, prob, cfg = theta
-    ch = st.ch
-    V, G = ch.V, ch.G
     dtype, B = x.logs.dtype, x.logs.shape[-1]
     n, m = _sizes(st, x)
     nz = n + m + 7
-    _, _, dirs, _ = _layout(st, nz)
+    _, _, dirs = _layout(st, nz)
 
     def jac(qr):
         return evaluate(hand, st, params, x._replace(q=qr[:n], rot=qr[n:] if m else x.rot))
@@ -147,7 +144,7 @@ def _blocks(theta, st: Structure, x: Variables):
         return Wk[None, None] * (D - lin[None, None] * eh[:, None] * geo.dot(eh[:, None], D)[None])
 
     Jq = J * sc  # (3, K, V, G, B)
-    MJ = Wk[None, :, None] * (Jq - lin[None, :, None] * eh[:, :, None] * geo.dot(eh[:, :, None], Jq)[None])
+    MJ = jnp.moveaxis(metric(Wk, lin, eh, jnp.moveaxis(Jq, 2, 1)), 1, 2)  # (3, K, V, G, B)
     A = geo.total(Jq[:, :, :, None] * MJ[:, :, None], (0, 1))  # (V, V, G, B)
     A = A + sc * jnp.moveaxis(geo.total(c[None, :, :, None] * dJ, (1, 2)), 0, 1)  # Σ c·∂²u (rows v', cols v)
     gq = geo.total(Jq * c[:, :, None], (0, 1))  # (V, G, B)
@@ -159,7 +156,7 @@ def _blocks(theta, st: Structure, x: Variables):
 
     Dp = pose_columns(z, u)  # (3, 7, K, G, B)
     Bm = geo.total(MJ[:, :, :, None] * jnp.moveaxis(Dp, 1, 2)[:, :, None], (0, 1))  # (V, 7, G, B)
-    Bm = Bm.at[:, 6].add(geo.total(Jq * c[:, :, None], (0, 1)))  # ∂²u/∂x∂σ = s/REF·J
+    Bm = Bm.at[:, 6].add(gq)  # ∂²u/∂x∂σ = s/REF·J: Σ c·s/REF·J, the data gradient
     Dp0 = pose_columns(z0, jnp.zeros_like(z0))  # (3, 7, r, B)
     MDp, MDp0 = metric(Wk, lin, eh, Dp), metric(W0, lin0, eh0, Dp0)
     C = geo.total(Dp[:, :, None] * MDp[:, None], (0, 3, 4)) + geo.total(Dp0[:, :, None] * MDp0[:, None], (0, 3))
@@ -175,7 +172,7 @@ def _blocks(theta, st: Structure, x: Variables):
     C2 = jnp.concatenate([jnp.concatenate([Cpp, Cpd, zero31], 1),
                           jnp.concatenate([jnp.swapaxes(Cpd, 0, 1), jnp.zeros((3, 3, B), dtype), zero31], 1),
                           jnp.concatenate([jnp.zeros((1, 6, B), dtype), Css[None, None]], 1)], 0)
-    return A, Bm, gq, C + C2, gp
+    return kp, A, Bm, gq, C + C2, gp
 
 
 def _penalty_terms(hand, st: Structure, x: Variables, prob: Problem, cfg):
@@ -214,8 +211,8 @@ def gradient_and_hessian(theta, st: Structure, x: Variables):
     nz, B = n + m + 7, x.logs.shape[-1]
     dtype = x.logs.dtype
     G, V, P = ch.G, ch.V, ch.G * ch.V
-    chain, slot, _, _ = _layout(st, nz)
-    A, Bm, gq, C, gp = _blocks(theta, st, x)
+    chain, slot, _ = _layout(st, nz)
+    kp, A, Bm, gq, C, gp = _blocks(theta, st, x)
     # in finger-major slot order (g·V + v, then the pose), then taken to the increments' order
     eye = jnp.eye(G, dtype=dtype)
     Hff = (jnp.moveaxis(A, 2, 0)[:, :, None] * eye[:, None, :, None, None]).reshape(P, P, B)
@@ -228,7 +225,7 @@ def gradient_and_hessian(theta, st: Structure, x: Variables):
     g_pen, H_pen = _penalty_terms(hand, st, x, prob, cfg)
     H = H.at[:pose0, :pose0].add(H_pen)
     g = g.at[:pose0].add(g_pen)
-    c = objective(theta, st, x, jnp.zeros((nz, B), dtype))
+    c = cost(hand, x, kp, prob, cfg, st.soft)  # the objective at the increments' 0
     return c, g, H
 
 

@@ -221,11 +221,17 @@ def _is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
-def _check_angles(hand: HandModel, angles, name: str = "angles") -> jax.Array:
-    """``(*batch, n)`` float array; ``ValueError`` naming the problem (shape, non-finite values)."""
-    a = jnp.asarray(angles)
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        a = a.astype(jnp.result_type(float))
+def _check_angles(hand: HandModel, angles, name: str = "angles", *, on_host: bool = False) -> jax.Array:
+    """``(*batch, n)`` float array; ``ValueError`` naming the problem (shape, non-finite values). With
+    ``on_host``, numpy arrays and lists stay numpy (JAX's dtype; no eager JAX op: a live stream's push)."""
+    if on_host and isinstance(angles, (np.ndarray, list, tuple)):
+        a = np.asarray(angles)
+        a = a.astype(jax.dtypes.canonicalize_dtype(a.dtype if np.issubdtype(a.dtype, np.floating) else float),
+                     copy=False)
+    else:
+        a = jnp.asarray(angles)
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            a = a.astype(jnp.result_type(float))
     n = hand.num_joints
     if a.ndim == 0 or a.shape[-1] != n:
         raise ValueError(
@@ -241,7 +247,7 @@ def _check_angles(hand: HandModel, angles, name: str = "angles") -> jax.Array:
 def _non_finite(a: jax.Array) -> int:
     """The number of NaN/inf entries of a concrete array, counted where it lives: on an accelerator
     only the count comes back to the host, not a copy of the angles."""
-    if any(d.platform != "cpu" for d in a.devices()):
+    if isinstance(a, jax.Array) and any(d.platform != "cpu" for d in a.devices()):
         return int(a.size - jnp.count_nonzero(jnp.isfinite(a)))
     return int(np.size(a) - np.count_nonzero(np.isfinite(np.asarray(a))))
 
@@ -1110,19 +1116,7 @@ class InspireStream:
         Returns:
             :func:`ctrl_message` of the filtered, rate-limited command, stamped ``t``.
         """
-        if isinstance(angles, (np.ndarray, list, tuple)):  # host data: checked in numpy, no eager jax op
-            q = np.asarray(angles)
-            q = q.astype(jax.dtypes.canonicalize_dtype(q.dtype if np.issubdtype(q.dtype, np.floating) else float),
-                         copy=False)
-            n = self.hand.num_joints
-            if q.ndim == 0 or q.shape[-1] != n:
-                raise ValueError(f"angles must have shape (*batch, {n}) (radians, order hand.joint_names); "
-                                 f"got shape {tuple(q.shape)}")
-            bad = int(q.size - np.count_nonzero(np.isfinite(q)))
-            if bad:
-                raise ValueError(f"angles contain {bad} non-finite value(s) (NaN or inf)")
-        else:
-            q = _check_angles(self.hand, angles)
+        q = _check_angles(self.hand, angles, on_host=True)
         if q.ndim != 1:
             raise ValueError(f"push takes one frame of shape ({self.hand.num_joints},); got {tuple(q.shape)}")
         if self.degrees:
