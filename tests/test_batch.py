@@ -731,3 +731,17 @@ def test_command_map_in_summary_and_identity(tmp_path, world, monkeypatch):
     joint, retarget = store.run_identity(*args), store.run_identity(*args, {"right": urdf})
     assert joint["command_map"] == "joint_map" and retarget["command_map"] == "retarget"
     assert retarget["inspire_urdf"]["right"]["sha256"] == hashlib.sha256(urdf.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_run_that_solves_nothing_answers_after_its_threads_end(tmp_path, world, on_error):
+    """A fresh run compiles its program in a thread while the inputs are read; when every file fails
+    (here: millimetres, refused by the unit check) nothing is dispatched, and the error (the file's, or
+    "nothing solved") still comes after that thread, and the writers' imports, have ended."""
+    import threading
+
+    bad = _npy(tmp_path / "mm.npy", world[:100] * 1000.0)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(ValueError, match="mm.npy" if on_error == "raise" else "nothing solved"):
+        batch.solve_dataset(bad, out, on_error=on_error, **FAST)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("wuji_jax")] == []

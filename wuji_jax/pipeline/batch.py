@@ -367,13 +367,12 @@ class LocalExecutor:
         """Solve the job once the caller holds the output's lock (``stop``: Ctrl-C, raised between
         chunks, never while the solver compiles; ``t_start``: when the call began). Returns the
         summary of :func:`solve_dataset`; raises what it documents."""
-        spec, devices, retarget = self.spec, self.devices, self.retarget
-        out, chunk_size, inspire, total = spec.out, spec.chunk_size, spec.inspire, spec.total
+        spec, retarget = self.spec, self.retarget
+        out, inspire, total = spec.out, spec.inspire, spec.total
         # matplotlib and pyarrow load while the solver compiles and the frames are read, not after
         parquet = out.suffix.lower() in (".parquet", ".pq")
-        # (not a daemon, as Kernel.preload's thread: a job that fails at once waits for the imports at exit)
         imports = threading.Thread(target=import_writers, args=(spec.plot, parquet), name="wuji_jax-import")
-        kernel = Kernel(spec.config, devices, self.batch_size, spec.dtype, quick=spec.quick,
+        kernel = Kernel(spec.config, self.devices, self.batch_size, spec.dtype, quick=spec.quick,
                         retarget=retarget if inspire else None)
         if total and not (spec.resume and spec.parts_dir.exists()):
             # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the
@@ -381,6 +380,16 @@ class LocalExecutor:
             kernel.preload(inspire, imports.start if (spec.plot or parquet) else None)
         elif spec.plot or parquet:
             imports.start()
+        try:
+            return self._solve(stop, t_start, kernel)
+        finally:  # the answer, a summary or an error, comes after every thread of the run has ended
+            kernel.settle()
+            if imports.ident is not None:
+                imports.join()
+
+    def _solve(self, stop: DeferredInterrupt, t_start: float, kernel: Kernel) -> dict[str, Any]:
+        spec, devices, retarget = self.spec, self.devices, self.retarget
+        chunk_size, inspire, total = spec.chunk_size, spec.inspire, spec.total
         job = JobRun(spec, spec.identity(devices[0].platform, len(devices), self.batch_size, kernel.options,
                                          retarget), "files", t_start)
         entries: dict[int, dict] = {int(e["index"]): e for e in job.recorded}
@@ -543,8 +552,6 @@ class LocalExecutor:
             [str(d) for d in devices], self.batch_size, command_map=job.identity["command_map"],
             command_map_note=self.map_note,
             inspire_urdf=None if not (inspire and retarget) else {k: str(v) for k, v in retarget.items()})
-        if imports.ident is not None:  # started: its imports end before the answer, as every thread here
-            imports.join()
         return summary
 
 

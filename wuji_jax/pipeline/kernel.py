@@ -290,7 +290,7 @@ class Kernel:
             except BaseException as e:  # raised by dispatch, in the caller's thread
                 errors.append(e)
 
-        # not a daemon: a job that fails while XLA compiles waits for it at exit (a daemon thread stopped
+        # joined by wait() or settle() before the run answers; not a daemon either (a daemon thread stopped
         # inside C++ by the interpreter's teardown aborted the process: "FATAL: exception not rethrown")
         thread = threading.Thread(target=make, name="wuji_jax-program")
         thread.start()
@@ -303,6 +303,13 @@ class Kernel:
             thread.join()
             if errors:
                 raise errors[0]
+
+    def settle(self) -> None:
+        """Wait for the program :meth:`preload` is making, keeping its error (the run is ending: a run
+        that dispatched nothing, or failed, still answers only once the thread has ended)."""
+        if self._loading is not None:
+            (thread, _), self._loading = self._loading, None
+            thread.join()
 
     def dispatch(self, side: str, world: np.ndarray, inspire: bool) -> list:
         """Start solving ``world (n, 21, 3)``; returns the outputs, still being computed.
