@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hand import geometry as geo
-from ..hand.model import ACTIVE, FIXED, MIMIC, HandModel, load_urdf
+from ..hand.model import ACTIVE, FIXED, HandModel, load_urdf
 
 __all__ = [
     "MOTOR_JOINTS", "TIP_LINKS", "FINGER_BASE_LINKS", "InspireHand", "InspireModelNotFound", "find_inspire_urdf",
@@ -231,33 +231,101 @@ def inspire_link_frames(hand: InspireHand, openings):
     return forward_kinematics(hand.model, openings_to_angles(hand, openings))
 
 
-def _link_angles(hand: InspireHand, qT: jax.Array, only=None) -> list:
-    """Angle of each link's joint (``None`` for fixed, and for links not in ``only`` when given) from
-    active angles ``qT (6, *rest)``."""
+def _axis_basis(a: jax.Array) -> jax.Array:
+    """``(3, 3)`` orthonormal columns ``[u, v, a]`` for a unit axis ``a (3,)``: ``R_a(θ) = B·Rz(θ)·Bᵀ``."""
+    e = jnp.where(jnp.abs(a[0]) < 0.9, jnp.eye(3, dtype=a.dtype)[0], jnp.eye(3, dtype=a.dtype)[1])
+    u = geo.unit(e - (e @ a) * a)
+    return jnp.stack([u, geo.cross(a, u), a], 1)
+
+
+def point_stages(hand: InspireHand, link: int, offset=None, frame=None):
+    """A point of ``link`` as a short program of joint rotations: ``(p0 (3,), ((joint, A (3, 3), b (3,)), ...))``.
+
+    The point is ``p0`` (in the frame of the tip-most revolute joint, its axis turned onto z), then
+    for each revolute joint from the tip upwards ``x ← A·Rz(θ_joint)·x + b``: every fixed joint,
+    origin and axis change between two revolute joints is folded into one affine map, so a joint
+    costs a planar rotation and a ``3 × 4`` map. Built from the model's arrays once per trace.
+
+    Args:
+        link: link index; offset: ``(3,)`` point in that link's frame (default its origin).
+        frame: ``(R (3, 3), origin (3,))`` to express the point in, ``R·(p_root − origin)``
+            (default the root frame).
+    """
     m = hand.model
-    out = []
-    for i, kind in enumerate(m.kinds):
-        if only is not None and i not in only:
-            out.append(None)
-        elif kind == ACTIVE:
-            out.append(qT[m.q_index[i]])
-        elif kind == MIMIC:
-            row = m.mimic_index[i]
-            src, sec = m.mimic_sources[row]
-            k = m.coupling[row]
-            out.append(k[0] * qT[src] + k[1] * qT[sec] + k[2] * qT[src] * qT[sec] + m.coupling_offset[row])
+    dtype = m.origin_xyz.dtype
+    eye = jnp.eye(3, dtype=dtype)
+    p = jnp.zeros((3,), dtype) if offset is None else jnp.asarray(offset, dtype)
+    P, c = eye, jnp.zeros((3,), dtype)  # affine map pending since the last rotation
+    stages: list = []
+    for i in reversed(_chain(m, link)):
+        if m.kinds[i] == FIXED:
+            P, c = m.origin_rot[i] @ P, m.origin_rot[i] @ c + m.origin_xyz[i]
+            continue
+        B = _axis_basis(m.axis[i])
+        if stages:
+            stages[-1][1:] = [B.T @ P, B.T @ c]
         else:
-            assert kind == FIXED
-            out.append(None)
-    return out
+            p = B.T @ (P @ p + c)
+        stages.append([i, None, None])
+        P, c = m.origin_rot[i] @ B, m.origin_xyz[i]
+    if frame is not None:
+        R, origin = frame
+        P, c = R @ P, R @ (c - origin)
+    if stages:
+        stages[-1][1:] = [P, c]
+    else:
+        p = P @ p + c
+    return p, tuple(tuple(st) for st in stages)
+
+
+def _joint_angle(hand: InspireHand, i: int, qT: jax.Array, along: tuple[int, ...]):
+    """Angle of revolute link ``i`` from active angles ``qT (6, *rest)`` and its derivatives
+    ``{j: dθ/dq_j}`` along the active joints ``along`` that move it."""
+    m = hand.model
+    if m.kinds[i] == ACTIVE:
+        j = m.q_index[i]
+        return qT[j], ({j: 1.0} if j in along else {})
+    row = m.mimic_index[i]
+    src, sec = m.mimic_sources[row]
+    k = m.coupling[row]
+    theta = k[0] * qT[src] + k[1] * qT[sec] + k[2] * qT[src] * qT[sec] + m.coupling_offset[row]
+    d: dict = {}
+    for j, g in ((src, k[0] + k[2] * qT[sec]), (sec, k[1] + k[2] * qT[src])):
+        if j in along:
+            d[j] = d[j] + g if j in d else g
+    return theta, d
+
+
+def stage_point(hand: InspireHand, program, qT: jax.Array, along: tuple[int, ...] = ()):
+    """Evaluate a :func:`point_stages` program at active angles ``qT (6, *rest)`` (joint-name order).
+
+    Returns:
+        ``(p (3, *rest), {j: dp/dq_j (3, *rest)})`` for each active joint ``j`` in ``along`` that
+        moves the point (forward-mode, exact).
+    """
+    p0, stages = program
+    rest = qT.shape[1:]
+    col = (3,) + (1,) * len(rest)
+    x = jnp.broadcast_to(p0.astype(qT.dtype).reshape(col), (3,) + rest)
+    dx: dict = {}
+    for i, A, b in stages:
+        theta, dtheta = _joint_angle(hand, i, qT, along)
+        s, c = geo.sincos(theta)
+        xr = jnp.stack([c * x[0] - s * x[1], s * x[0] + c * x[1], x[2]])
+        perp = jnp.stack([-xr[1], xr[0], jnp.zeros_like(xr[2])])
+        turned = {j: jnp.stack([c * d[0] - s * d[1], s * d[0] + c * d[1], d[2]]) for j, d in dx.items()}
+        for j, g in dtheta.items():
+            turned[j] = turned[j] + g * perp if j in turned else g * perp
+        A3, b3 = A.astype(qT.dtype).reshape((3, 3) + (1,) * len(rest)), b.astype(qT.dtype).reshape(col)
+        x = geo.matvec(A3, xr) + b3
+        dx = {j: geo.matvec(A3, d) for j, d in turned.items()}
+    return x, dx
 
 
 def chain_points(hand: InspireHand, qT: jax.Array, links, offsets=None) -> jax.Array:
     """Points carried by ``links`` in the root frame, components first: the kernel behind
-    :func:`inspire_points` and the retargeting.
-
-    Each point is pushed from its link up to the root, one joint at a time (``p ← O·R(θ)·p + t``),
-    which costs a few dozen multiply-adds per joint and vectorises over the frames (the minor axis).
+    :func:`inspire_points` and the retargeting (:func:`point_stages` programs, vectorised over the
+    frames on the minor axis).
 
     Args:
         qT: ``(6, *rest)`` active joint angles (``model.joint_names`` order), radians.
@@ -267,23 +335,8 @@ def chain_points(hand: InspireHand, qT: jax.Array, links, offsets=None) -> jax.A
     Returns:
         ``(3, len(links), *rest)`` metres.
     """
-    m = hand.model
-    angles = _link_angles(hand, qT, {i for link in links for i in _chain(m, link)})
-    rest = qT.shape[1:]
-    dtype = qT.dtype
-    pts = []
-    for j, link in enumerate(links):
-        p = (jnp.zeros((3,), dtype) if offsets is None else jnp.asarray(offsets[j], dtype))
-        p = p.reshape((3,) + (1,) * len(rest))
-        for i in reversed(_chain(m, link)):
-            theta = angles[i]
-            if theta is not None:
-                s, c = geo.sincos(theta)
-                a = m.axis[i].astype(dtype).reshape((3,) + (1,) * len(rest))
-                p = c[None] * p + s[None] * geo.cross(a, p) + ((1 - c) * geo.dot(a, p))[None] * a
-            O = m.origin_rot[i].astype(dtype).reshape((3, 3) + (1,) * len(rest))
-            p = geo.matvec(O, p) + m.origin_xyz[i].astype(dtype).reshape((3,) + (1,) * len(rest))
-        pts.append(jnp.broadcast_to(p, (3,) + rest))
+    pts = [stage_point(hand, point_stages(hand, link, None if offsets is None else offsets[j]), qT)[0]
+           for j, link in enumerate(links)]
     return jnp.stack(pts, 1)
 
 

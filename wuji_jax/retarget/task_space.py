@@ -35,7 +35,7 @@ import numpy as np
 
 from ..hand import geometry as geo
 from ..hand.model import FIXED
-from .inspire_hand import InspireHand, chain_points, openings_to_angles, palm_frame
+from .inspire_hand import InspireHand, chain_points, openings_to_angles, palm_frame, point_stages, stage_point
 
 __all__ = ["RetargetConfig", "retarget_rows", "human_targets", "pad_points", "HUMAN_TIPS", "HUMAN_KNUCKLES"]
 
@@ -221,7 +221,6 @@ def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: Re
     dirs = dirs[:, :, None]  # (3, 5, 1, B)
     w_dir = jnp.sqrt(cfg.w_direction)
     w_prior = [cfg.w_prior_finger] * 4 + [cfg.w_prior_thumb] * 2
-    R = Rr.reshape(3, 3, 1, 1)
 
     # starts (6, S, B): fingers from the prior; thumbs from the prior, q0 and the fixed starts
     starts = [prior]
@@ -234,14 +233,16 @@ def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: Re
     if previous is not None:
         anchor.append((previous[:, None], [cfg.w_previous] * 6))
 
-    def tip(k, o, motors):  # tip k's pad centre in the palm frame and its derivatives along its motors
-        def f(x):  # x: the tip's own motors (the others do not move it)
-            p = chain_points(hand, openings_to_angles_T(hand, o.at[np.asarray(motors)].set(x)), (carriers[k],),
-                             offsets[k:k + 1])[:, 0]
-            return geo.matvec(R, p - wrist_r.reshape(3, 1, 1))
-        x = o[np.asarray(motors)]
-        p, along = jax.linearize(f, x)  # the point once, then one tangent per motor
-        return p, {m: along(jnp.zeros_like(x).at[j].set(1)) for j, m in enumerate(motors)}
+    # each pad centre as a program of joint rotations, in the palm frame (constants folded once)
+    frame = (Rr, wrist_r)
+    programs = [point_stages(hand, carriers[k], offsets[k], frame) for k in range(5)]
+    joint_of = [hand.motor_q[m] for m in range(6)]  # motor → active joint (joint-name order)
+    slope = hand.lower - hand.upper  # dq/do per motor
+
+    def tip(k, o, motors):  # tip k's pad centre and its derivatives along its own motors (the others do not move it)
+        qT = openings_to_angles_T(hand, o)
+        p, d = stage_point(hand, programs[k], qT, tuple(joint_of[m] for m in motors))
+        return p, {m: slope[m] * d[joint_of[m]] for m in motors}
 
     def linearise(o):
         """Normal equations at ``o``: ``({(i, j): A_ij}, [g_i], cost)``, each ``(S, B)``."""
