@@ -145,6 +145,8 @@ def _load(path: str, mtime: float, x64: bool) -> InspireHand:
         if missing or links:
             raise ValueError(f"{Path(path).name} is not an Inspire hand URDF: it lacks "
                              f"{', '.join(missing + links)}")
+        if np.any(np.asarray(model.coupling)[:, 1:] != 0):
+            raise ValueError(f"{Path(path).name}: a mimic joint follows more than one joint (expected URDF <mimic>)")
         if len(model.joint_names) != len(MOTOR_JOINTS):
             extra = sorted(set(model.joint_names) - set(MOTOR_JOINTS))
             raise ValueError(f"{Path(path).name}: joints {', '.join(extra)} are neither motors nor mimic joints")

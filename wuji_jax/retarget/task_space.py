@@ -17,12 +17,16 @@ normalised by the human's middle-finger length: the robot's scaled distance ``s�
 fingertip pads, not the tip frames: each tip is a sphere of ``pad_radius`` set back from its tip
 frame along the last link, and contact is its centres ``2·pad_radius`` apart (surfaces touching).
 
-Solver: projected Levenberg–Marquardt on the six openings (Jacobian by forward-mode derivatives,
-``6 × 6`` normal equations solved per frame), a fixed number of iterations, limits kept by clipping
-each step to ``[0, 1]``. The thumb's problem has local minima, so every frame is solved from several
-thumb starts (``thumb_starts``, the joint map's thumb, and the previous command when given) at once,
-and the start with the lowest final cost wins. Everything is elementwise over the frames (the minor
-axis), so it batches, jits, vmaps and differentiates (through the unrolled iterations).
+Solver: projected Levenberg–Marquardt on the six openings, a fixed number of iterations, limits
+kept by clipping each step to ``[0, 1]``. The five pads move together: their chains are
+:func:`~.inspire_hand.point_stages` programs stacked into arrays (a planar rotation and a ``3 × 4``
+map per joint), evaluated with their exact derivatives along each pad's own motors. Each finger
+motor couples only with the two thumb motors, so the ``6 × 6`` normal equations are solved per frame
+by eliminating the fingers (a ``2 × 2`` Schur complement remains). The thumb's problem has local
+minima, so every frame is solved from several thumb starts (``thumb_starts``, the joint map's thumb,
+and the previous command when given) at once, and the start with the lowest final cost wins.
+Everything is elementwise over the frames (the minor axis), so it batches, jits, vmaps and
+differentiates (through the unrolled iterations).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hand import geometry as geo
-from ..hand.model import FIXED
-from .inspire_hand import InspireHand, chain_points, openings_to_angles, palm_frame, point_stages, stage_point
+from ..hand.model import ACTIVE, FIXED
+from .inspire_hand import TIP_LINKS as TIP_NAMES
+from .inspire_hand import InspireHand, chain_points, openings_to_angles, palm_frame, point_stages
 
 __all__ = ["RetargetConfig", "retarget_rows", "human_targets", "pad_points", "HUMAN_TIPS", "HUMAN_KNUCKLES"]
 
@@ -150,39 +155,97 @@ def _smoothstep(x):
     return x * x * (3 - 2 * x)
 
 
-# motor index of each fingertip's finger (thumb, index, middle, ring, pinky): fingers drive one motor
-# each (little 0, ring 1, middle 2, fore 3); the thumb two (bend 4, rotation 5)
-_TIP_MOTORS = ((4, 5), (3,), (2,), (1,), (0,))
-_FINGERS, _THUMB = (0, 1, 2, 3), (4, 5)
+# The five pads in the kernel's order: the thumb, then the fingers in motor order (little, ring,
+# middle, fore), so that pad 1 + m is moved by finger motor m.
+_PADS = (0, 4, 3, 2, 1)
+_FINGER_ORDER = np.asarray(_PADS[1:]) - 1  # human thumb → finger pairs (index … pinky) in motor order
+_BEND, _ROT = 4, 5
 
 
-def _arrow_solve(A, g):
-    """``A⁻¹ g`` for the block-arrow normal matrix of this problem: each finger couples only with the
-    two thumb channels, so the fingers are eliminated first (a ``2 × 2`` Schur complement remains).
+def _pad_table(hand: InspireHand, carriers, offsets, frame):
+    """The five pad centres' :func:`~.inspire_hand.point_stages` programs stacked into arrays, so the
+    kernel moves all five at once (shorter chains padded with identity stages at the root end).
 
-    Args:
-        A: ``{(i, j): (*rest)}`` entries, ``i <= j``, of a symmetric positive definite ``6 × 6`` matrix
-            whose finger–finger entries off the diagonal are zero.
-        g: ``[6 × (*rest)]``.
+    Each stage's joint angle is ``g0·q_a + g1·q_b + off`` of the pad's two motor angles (``a`` its
+    finger motor or the thumb bend, ``b`` the thumb rotation; ``g1 = 0`` on the fingers).
 
     Returns:
-        ``[6 × (*rest)]``.
+        ``(p0 (3, 5), A (S, 3, 3, 5), b (S, 3, 5), g0 (S, 5), g1 (S, 5), off (S, 5))``.
     """
-    a, b = _THUMB
-    saa, sab, sbb = A[a, a], A[a, b], A[b, b]
-    ra, rb = g[a], g[b]
-    for f in _FINGERS:
-        inv = 1 / A[f, f]
-        saa = saa - A[f, a] * A[f, a] * inv
-        sab = sab - A[f, a] * A[f, b] * inv
-        sbb = sbb - A[f, b] * A[f, b] * inv
-        ra = ra - A[f, a] * g[f] * inv
-        rb = rb - A[f, b] * g[f] * inv
+    m = hand.model
+    dtype = m.origin_xyz.dtype
+    motor_of = {j: k for k, j in enumerate(hand.motor_q)}
+    progs = [point_stages(hand, carriers[k], offsets[k], frame) for k in _PADS]
+    depth = max(len(st) for _, st in progs)
+    zero, eye = jnp.zeros((), dtype), jnp.eye(3, dtype=dtype)
+    cols = []
+    for pad, (p0, stages) in enumerate(progs):
+        slot_a = _BEND if pad == 0 else pad - 1
+        rows = []
+        for i, A, b in stages:
+            if m.kinds[i] == ACTIVE:
+                src, gain, off = m.q_index[i], jnp.ones((), dtype), zero
+            else:  # a <mimic>: one leader, linear (load_inspire_hand refuses anything else)
+                row = m.mimic_index[i]
+                src, gain, off = m.mimic_sources[row][0], m.coupling[row, 0], m.coupling_offset[row]
+            motor = motor_of[src]
+            if motor not in (slot_a, _ROT):
+                raise ValueError(f"{TIP_NAMES[_PADS[pad]]}: joint {i} follows motor {motor}, not the pad's own")
+            rows.append((A, b, gain if motor == slot_a else zero, gain if motor == _ROT else zero, off))
+        rows += [(eye, jnp.zeros((3,), dtype), zero, zero, zero)] * (depth - len(rows))
+        cols.append((p0, rows))
+    p0 = jnp.stack([c[0] for c in cols], 1)
+    field = lambda f: jnp.stack([jnp.stack([c[1][s][f] for c in cols], -1) for s in range(depth)])  # noqa: E731
+    return p0, field(0), field(1), field(2), field(3), field(4)
+
+
+def _pads(table, qa, qb, slope_a, slope_b):
+    """Pad centres ``(3, 5, *rest)`` and their derivatives along the openings of motor ``a`` and
+    ``b`` (each ``(3, 5, *rest)``), from the pads' motor angles ``qa (5, *rest)``, ``qb (1, *rest)``
+    and ``dq/do`` ``slope_a (5, 1, ...)``, ``slope_b`` (scalar)."""
+    p0, As, bs, g0, g1, off = table
+    rest = qa.ndim - 1
+    ex = lambda v: v.reshape(v.shape + (1,) * rest)  # noqa: E731
+    x = jnp.broadcast_to(ex(p0), (3,) + qa.shape)
+    da = db = None
+    for k in range(As.shape[0]):
+        theta = ex(g0[k]) * qa + ex(g1[k]) * qb + ex(off[k])
+        s, c = geo.sincos(theta)
+        turn = lambda v: (c * v[0] - s * v[1], s * v[0] + c * v[1], v[2])  # noqa: E731
+        xr = turn(x)
+        perp = (-xr[1], xr[0], jnp.zeros_like(xr[2]))
+        ta, tb = ex(g0[k]) * slope_a, ex(g1[k]) * slope_b
+        da_r = [t * pp for t, pp in zip([ta] * 3, perp)] if da is None else [
+            r + ta * pp for r, pp in zip(turn(da), perp)]
+        db_r = [tb * pp for pp in perp] if db is None else [r + tb * pp for r, pp in zip(turn(db), perp)]
+        A, b = ex(As[k]), ex(bs[k])
+        x = geo.matvec(A, jnp.stack(xr)) + b
+        da, db = geo.matvec(A, jnp.stack(da_r)), geo.matvec(A, jnp.stack(db_r))
+    return x, da, db
+
+
+def _arrow_solve(F, FB, FR, T, gF, gB, gR):
+    """Solve the block-arrow system of this problem: each finger motor couples only with the two
+    thumb motors, so the fingers are eliminated first and a ``2 × 2`` Schur complement remains.
+
+    Args:
+        F, FB, FR: ``(4, *rest)`` finger diagonal and finger–bend, finger–rotation entries.
+        T: ``(bend², bend·rotation, rotation²)`` entries, each ``(*rest)``.
+        gF ``(4, *rest)``, gB, gR ``(*rest)``: right-hand side.
+
+    Returns:
+        ``(6, *rest)`` in motor order.
+    """
+    inv = 1 / F
+    saa = T[0] - (FB * FB * inv).sum(0)
+    sab = T[1] - (FB * FR * inv).sum(0)
+    sbb = T[2] - (FR * FR * inv).sum(0)
+    ra = gB - (FB * gF * inv).sum(0)
+    rb = gR - (FR * gF * inv).sum(0)
     det = saa * sbb - sab * sab
     da = (sbb * ra - sab * rb) / det
     db = (saa * rb - sab * ra) / det
-    out = [(g[f] - A[f, a] * da - A[f, b] * db) / A[f, f] for f in _FINGERS]
-    return out + [da, db]
+    return jnp.concatenate([(gF - FB * da - FR * db) * inv, da[None], db[None]])
 
 
 def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: RetargetConfig,
@@ -216,11 +279,12 @@ def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: Re
         t = (dist / length[None] - cfg.pinch_near) / jnp.maximum(n_open - cfg.pinch_near, 1e-3)
         far = contact + t * (r_open - contact)
     target_len = (1 - g) * contact + g * jnp.maximum(far, contact)  # (4, B)
-    target = (e_thumb * target_len[None])[:, :, None]  # (3, 4, 1, B)
-    w_pair = jnp.sqrt(cfg.w_vector + cfg.w_pinch * (1 - g))[:, None]  # (4, 1, B)
-    dirs = dirs[:, :, None]  # (3, 5, 1, B)
+
+    # the human's side in the kernel's pad order
+    dirs = dirs[:, np.asarray(_PADS)][:, :, None]  # (3, 5, 1, B)
+    target = (e_thumb * target_len[None])[:, _FINGER_ORDER, None]  # (3, 4, 1, B)
+    w2 = (cfg.w_vector + cfg.w_pinch * (1 - g))[_FINGER_ORDER, None]  # (4, 1, B): pair weights
     w_dir = jnp.sqrt(cfg.w_direction)
-    w_prior = [cfg.w_prior_finger] * 4 + [cfg.w_prior_thumb] * 2
 
     # starts (6, S, B): fingers from the prior; thumbs from the prior, q0 and the fixed starts
     starts = [prior]
@@ -229,77 +293,67 @@ def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: Re
     for bend, rot in config.thumb_starts:
         starts.append(prior.at[4].set(jnp.full((B,), bend, dtype)).at[5].set(jnp.full((B,), rot, dtype)))
     o0 = jnp.clip(jnp.stack(starts, 1), 0.0, 1.0)
-    anchor = [(prior[:, None], w_prior)]
+    w_prior = jnp.stack([cfg.w_prior_finger] * 4 + [cfg.w_prior_thumb] * 2).reshape(6, 1, 1)
+    anchors = [(prior[:, None], w_prior)]
     if previous is not None:
-        anchor.append((previous[:, None], [cfg.w_previous] * 6))
+        anchors.append((previous[:, None], jnp.broadcast_to(cfg.w_previous, (6, 1, 1))))
 
-    # each pad centre as a program of joint rotations, in the palm frame (constants folded once)
-    frame = (Rr, wrist_r)
-    programs = [point_stages(hand, carriers[k], offsets[k], frame) for k in range(5)]
-    joint_of = [hand.motor_q[m] for m in range(6)]  # motor → active joint (joint-name order)
-    slope = hand.lower - hand.upper  # dq/do per motor
-
-    def tip(k, o, motors):  # tip k's pad centre and its derivatives along its own motors (the others do not move it)
-        qT = openings_to_angles_T(hand, o)
-        p, d = stage_point(hand, programs[k], qT, tuple(joint_of[m] for m in motors))
-        return p, {m: slope[m] * d[joint_of[m]] for m in motors}
+    table = _pad_table(hand, carriers, offsets, (Rr, wrist_r))
+    lo, hi = hand.lower.reshape(6, 1, 1), hand.upper.reshape(6, 1, 1)
+    slope = lo - hi  # dq/do per motor
+    slope_a = jnp.concatenate([slope[_BEND:_BEND + 1], slope[:4]])  # (5, 1, 1): each pad's own motor
 
     def linearise(o):
-        """Normal equations at ``o``: ``({(i, j): A_ij}, [g_i], cost)``, each ``(S, B)``."""
-        pts, cols = [], []
-        for k, motors in enumerate(_TIP_MOTORS):
-            p, ds = tip(k, o, motors)
-            pts.append(p)
-            cols.append(ds)
-        blocks = []  # (residual (3, S, B), {motor: column (3, S, B)})
-        for k in range(5):
-            p = pts[k]
-            inv = jax.lax.rsqrt(jnp.maximum(geo.dot(p, p), 1e-20))[None]
-            u = p * inv
-            jac = {m: w_dir * (d - u * geo.dot(u, d)[None]) * inv for m, d in cols[k].items()}
-            blocks.append((w_dir * (u - dirs[:, k]), jac))
-        for f in range(4):
-            w = w_pair[f]
-            jac = {m: -w * d for m, d in cols[0].items()}
-            jac.update({m: w * d for m, d in cols[f + 1].items()})
-            blocks.append((w * ((pts[f + 1] - pts[0]) - target[:, f]), jac))
-        A, grad, cost = {}, [0.0] * 6, 0.0
-        for r, jac in blocks:
-            cost = cost + geo.dot(r, r)
-            ms = sorted(jac)
-            for x, i in enumerate(ms):
-                grad[i] = grad[i] + geo.dot(jac[i], r)
-                for j in ms[x:]:
-                    A[i, j] = A.get((i, j), 0.0) + geo.dot(jac[i], jac[j])
-        for target_o, weights in anchor:
-            for i in range(6):
-                d = o[i] - target_o[i]
-                cost = cost + weights[i] * d * d
-                grad[i] = grad[i] + weights[i] * d
-                A[i, i] = A[i, i] + weights[i]
-        return A, grad, cost
+        """Normal equations at ``o (6, S, B)``: ``((F, FB, FR, T), (gF, gB, gR), cost)``."""
+        q = hi + o * slope
+        qa = jnp.concatenate([q[_BEND:_BEND + 1], q[:4]])
+        x, da, db = _pads(table, qa, q[_ROT:], slope_a, slope[_ROT])
+        # wrist → pad directions, all five pads
+        inv = jax.lax.rsqrt(jnp.maximum(geo.dot(x, x), 1e-20))[None]
+        u = x * inv
+        r_dir = w_dir * (u - dirs)
+        ja = w_dir * (da - u * geo.dot(u, da)[None]) * inv
+        jb = w_dir * (db[:, 0] - u[:, 0] * geo.dot(u[:, 0], db[:, 0])[None]) * inv[:, 0]  # thumb only
+        # thumb → finger vectors (weighted by w_pair; its square is folded into the products)
+        v = x[:, 1:] - x[:, :1] - target  # (3, 4, S, B)
+        df, dbend, drot = da[:, 1:], da[:, :1], db[:, :1]
+        F = geo.dot(ja[:, 1:], ja[:, 1:]) + w2 * geo.dot(df, df)
+        FB = -w2 * geo.dot(df, dbend)
+        FR = -w2 * geo.dot(df, drot)
+        T = (geo.dot(ja[:, 0], ja[:, 0]) + (w2 * geo.dot(dbend, dbend)).sum(0),
+             geo.dot(ja[:, 0], jb) + (w2 * geo.dot(dbend, drot)).sum(0),
+             geo.dot(jb, jb) + (w2 * geo.dot(drot, drot)).sum(0))
+        gF = geo.dot(ja[:, 1:], r_dir[:, 1:]) + w2 * geo.dot(df, v)
+        gB = geo.dot(ja[:, 0], r_dir[:, 0]) - (w2 * geo.dot(dbend, v)).sum(0)
+        gR = geo.dot(jb, r_dir[:, 0]) - (w2 * geo.dot(drot, v)).sum(0)
+        cost = geo.dot(r_dir, r_dir).sum(0) + (w2 * geo.dot(v, v)).sum(0)
+        for target_o, w in anchors:  # the priors: diagonal
+            d = o - target_o
+            cost = cost + (w * d * d).sum(0)
+            F = F + w[:4]
+            T = (T[0] + w[4], T[1], T[2] + w[5])
+            gF, gB, gR = gF + w[:4] * d[:4], gB + w[4] * d[4], gR + w[5] * d[5]
+        return (F, FB, FR, T), (gF, gB, gR), cost
 
     def step(_, state):
         # linearise at the trial point; keep it if it lowered the cost, then step from the best point
-        o, A, grad, cost, lam, o_try = state
-        A_try, grad_try, cost_try = linearise(o_try)
+        o, normal, grad, cost, lam, o_try = state
+        normal_try, grad_try, cost_try = linearise(o_try)
         better = cost_try < cost
         pick = lambda a, b: jax.tree_util.tree_map(lambda x, y: jnp.where(better, x, y), a, b)  # noqa: E731
-        o, A, grad, cost = pick((o_try, A_try, grad_try, cost_try), (o, A, grad, cost))
+        o, normal, grad, cost = pick((o_try, normal_try, grad_try, cost_try), (o, normal, grad, cost))
         lam = jnp.where(better, lam * 0.3, lam * 4.0)
-        damped = dict(A)
-        for i in range(6):
-            damped[i, i] = A[i, i] * (1 + lam) + 1e-9
-        full = {**damped, **{(j, i): v for (i, j), v in damped.items()}}
-        o_try = jnp.clip(o - jnp.stack(_arrow_solve(full, grad)), 0.0, 1.0)
-        return o, A, grad, cost, lam, o_try
+        F, FB, FR, T = normal
+        damp = 1 + lam
+        delta = _arrow_solve(F * damp + 1e-9, FB, FR, (T[0] * damp + 1e-9, T[1], T[2] * damp + 1e-9), *grad)
+        return o, normal, grad, cost, lam, jnp.clip(o - delta, 0.0, 1.0)
 
     # the first iteration linearises at the starts (infinite cost before: always kept)
     zeros = jnp.zeros(o0.shape[1:], dtype)
-    A0 = {(i, j): zeros for i in range(6) for j in range(i, 6)
-          if i == j or (i in _THUMB or j in _THUMB)}
-    state = (o0, A0, [zeros] * 6, jnp.full(zeros.shape, jnp.inf, dtype), jnp.full(zeros.shape, cfg.damping / 0.3, dtype), o0)
-    o, _, _, cost, _, o_try = jax.lax.fori_loop(0, config.iterations + 1, step, state)
+    z4 = jnp.zeros((4,) + zeros.shape, dtype)
+    state = (o0, (z4, z4, z4, (zeros,) * 3), (z4, zeros, zeros), jnp.full(zeros.shape, jnp.inf, dtype),
+             jnp.full(zeros.shape, cfg.damping / 0.3, dtype), o0)
+    o, _, _, cost, _, _ = jax.lax.fori_loop(0, config.iterations + 1, step, state)
     best = jnp.argmin(cost, 0)  # (B,)
     return jnp.take_along_axis(o, best[None, None], 1)[:, 0]
 
