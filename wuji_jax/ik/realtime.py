@@ -108,9 +108,7 @@ class FrameSolver:
                 check_start(self._consts[0], q0)  # (its leaves are numpy)
             args = [a.astype(dtype, copy=False) for a in (landmarks, weights, q0) if a is not None]
             flat = self._run(weights is not None, q0 is not None, args)
-            extent, xy_min = float(flat[-2]), float(flat[-1])
-            if not (plainly_metres(extent, xy_min) or (not check_units and extent == extent)):
-                check_solver_input(self.hand, landmarks, weights, q0, check_units)  # raises, or the frame is fine
+            return self.result(flat, landmarks, weights, q0, check_units)
         else:
             if is_traced(landmarks, weights, q0):
                 raise ValueError("FrameSolver is eager (numpy results); inside jax.jit/grad use wj.solve")
@@ -121,22 +119,44 @@ class FrameSolver:
             lm, weights, q0 = check_solver_input(self.hand, landmarks, weights, q0, check_units)
             args = [np.asarray(a, dtype) for a in (lm, weights, q0) if a is not None]
             flat = self._run(weights is not None, q0 is not None, args)
+        return self.unpack(flat)
+
+    def result(self, flat: np.ndarray, landmarks, weights=None, q0=None, check_units: bool = True) -> IKResult:
+        """The :class:`~wuji_jax.IKResult` of a buffer of :meth:`function` for ``landmarks``, after the
+        units test on the extent it carries (the full input checks run, and raise a ``ValueError``,
+        only where the extent looks wrong)."""
+        extent, xy_min = float(flat[-2]), float(flat[-1])
+        if not (plainly_metres(extent, xy_min) or (not check_units and extent == extent)):
+            check_solver_input(self.hand, landmarks, weights, q0, check_units)  # raises, or the frame is fine
+        return self.unpack(flat)
+
+    def unpack(self, flat: np.ndarray) -> IKResult:
+        """A buffer of :meth:`function` as an :class:`~wuji_jax.IKResult` of numpy views (no checks)."""
         return IKResult(*[flat[s].reshape(shape) if dt is None else flat[s].astype(dt).reshape(shape)
-                          for s, shape, dt in self._layout])
+                          for s, shape, dt in self._layout_of()])
+
+    def angles_slice(self) -> slice:
+        """Where the angles lie in a buffer of :meth:`function`."""
+        return self._layout_of()[IKResult._fields.index("angles")][0]
 
     def _run(self, has_weights: bool, has_q0: bool, args) -> np.ndarray:
         kernel = self._kernels.get((has_weights, has_q0)) or self._compile(has_weights, has_q0)
         return np.asarray(kernel(*args))
 
-    def _compile(self, has_weights: bool, has_q0: bool):
+    def function(self, weights: bool = False, q0: bool = True):
+        """The pure function this solver compiles, for composing a frame's fit with what follows it in
+        one program: ``(landmarks (21, 3)[, weights (21,)][, q0 (J,)]) → (F,)``, one buffer holding the
+        :class:`~wuji_jax.IKResult` fields in order (:meth:`unpack`), then the hand's extent and its
+        lowest x/y (metres, for the units test of :meth:`result`). The model and settings are its
+        constants."""
         hand, cfg = self._consts
         dtype = self.dtype
 
         def fields(lm, *rest):  # the IKResult of one frame (solve's defaults where not given)
             rest = iter(rest)
-            w = next(rest)[None] if has_weights else None
-            q0 = next(rest)[None] if has_q0 else None
-            return solve_batch(hand, lm[None], w, q0, cfg, has_q0, platform="cpu")
+            w = next(rest)[None] if weights else None
+            start = next(rest)[None] if q0 else None
+            return solve_batch(hand, lm[None], w, start, cfg, q0, platform="cpu")
 
         def kernel(lm, *rest):  # one buffer out: each output of a compiled call costs time on the host
             lo = jnp.min(lm, 0)
@@ -145,10 +165,17 @@ class FrameSolver:
             return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in fields(lm, *rest)]
                                    + [extent[None], jnp.min(lo[:2])[None]])
 
+        return kernel
+
+    def input_specs(self, weights: bool = False, q0: bool = True) -> list:
+        """``jax.ShapeDtypeStruct`` of :meth:`function`'s arguments, on the host CPU."""
         on = jax.sharding.SingleDeviceSharding(self.device)
-        specs = [jax.ShapeDtypeStruct(shape, dtype, sharding=on)
-                 for shape in [(21, 3)] + [(21,)] * has_weights + [(hand.num_joints,)] * has_q0]
+        return [jax.ShapeDtypeStruct(shape, self.dtype, sharding=on)
+                for shape in [(21, 3)] + [(21,)] * weights + [(self.hand.num_joints,)] * q0]
+
+    def _layout_of(self) -> list:
         if self._layout is None:  # the fields' shapes and dtypes are known without tracing the solver
+            hand = self.hand
             n, m = hand.num_joints, len(hand.mimic_sources)
             shapes = dict(angles=(n,), coupled=(m,), rotation=(3, 3), translation=(3,), keypoints=(21, 3), errors=(21,))
             kinds = dict(valid=np.dtype(bool), converged=np.dtype(bool), iterations=np.dtype(np.int32),
@@ -160,14 +187,19 @@ class FrameSolver:
                 layout.append((slice(at, at + size), shape, kinds.get(name)))
                 at += size
             self._layout = layout
+        return self._layout
+
+    def _compile(self, has_weights: bool, has_q0: bool):
+        specs = self.input_specs(has_weights, has_q0)
         # the model and settings are constants of this program: they name it in the compilation cache
-        program = cached_program(kernel, f"frame_solver_{self._digest()}", *specs,
+        program = cached_program(self.function(has_weights, has_q0), f"frame_solver_{self.digest()}", *specs,
                                  compiler_options=compile_options(1, "cpu"))
         made = program.lower(*specs).compile()
         self._kernels[(has_weights, has_q0)] = made
         return made
 
-    def _digest(self) -> str:
+    def digest(self) -> str:
+        """16 hex digits naming the model, settings and dtype compiled into the kernels."""
         h = hashlib.sha256(repr((self.config.static(), self.dtype.str, jax.tree_util.tree_structure(self._consts))).encode())
         for leaf in jax.tree_util.tree_leaves(self._consts):
             h.update(np.ascontiguousarray(leaf).tobytes())

@@ -21,14 +21,15 @@ Per frame:
    frame; the latest-wins reader does what LIVE_STREAM mode would, synchronously, so the stage is timed
    on its own), with the packaged ``hand_landmarker.task`` (:func:`wuji_jax.video.resolve_model_path`).
    One hand; its world landmarks (metres) are fitted.
-3. **solve**: :class:`~wuji_jax.FrameSolver` warm-started from the last fitted frame. One kernel, the
-   right hand's, fits both sides: a left hand's landmarks are mirrored (x → −x) and fitted as a right
-   hand's, which gives the left model's angles (the left model is the right one mirrored; on the
-   bundled sample's first 300 frames the two fits' angles differ by at most 4e-6 rad, float32 rounding),
-   so ``side="auto"`` compiles one solver, the one ``wuji-jax warmup`` compiles.
-4. **command**: the command map (:func:`command_map`): six opening fractions, smoothed and limited to the
-   motors' speed (seed 003: full travel takes ``0.8 s / speed_ratio``) by
-   :class:`wuji_jax.inspire.InspireStream`.
+3. **solve**: :class:`~wuji_jax.FrameSolver`'s fit, warm-started from the last fitted frame, and the
+   command map (:func:`command_map`: six opening fractions, smoothed and limited to the motors' speed as
+   :class:`wuji_jax.inspire.InspireStream` does; seed 003: full travel takes ``0.8 s / speed_ratio``),
+   in one compiled call a frame. One fit, the right hand's, serves both sides: a left hand's landmarks
+   are mirrored (x → −x) and fitted as a right hand's, which gives the left model's angles (the left
+   model is the right one mirrored; on the bundled sample's first 300 frames the two fits' angles
+   differ by at most 4e-6 rad, float32 rounding).
+4. **command**: the fit's checks (a flagged frame sends nothing), then the command's state is kept and
+   its message made.
 5. **publish**: the outputs given (:mod:`wuji_jax.live_outputs`: JSON lines, a ROS 2 bag, UDP).
 
 A frame without a hand is *lost*: by default the last command is sent again (``on_lost="hold"``),
@@ -305,114 +306,63 @@ def _open_angles(hand) -> np.ndarray:
                       np.float32)
 
 
-class JointMap:
-    """The joint map: :func:`wuji_jax.inspire.to_inspire` of the fitted angles, smoothed and
-    rate-limited by :class:`wuji_jax.inspire.InspireStream` (one frame at a time).
+class _CommandMap:
+    """A command map of a live stream: six opening fractions from one frame's angles, smoothed and
+    rate-limited as :class:`~wuji_jax.inspire.InspireStream` does, in one compiled program per frame (the
+    model and settings are its constants: one call of a few arrays). With :meth:`compile`'s ``solver`` the
+    frame's fit runs in the same program (:meth:`fit`): one call a frame from landmarks to command.
+
+    The filter of :class:`~wuji_jax.inspire.InspireStream`'s ``push`` is written here again for commands:
+    exponential (``tau``) or one-euro (:func:`wuji_jax.filters.one_euro_step`) smoothing, then no channel
+    moving faster than :func:`wuji_jax.inspire.max_rate` allows.
 
     Args:
-        side: ``"left"`` or ``"right"`` (the topic; left and right map identically).
-        stream: keyword arguments of :class:`~wuji_jax.inspire.InspireStream` (``speed_ratio``,
-            ``smoothing``, ``tau``, ``min_cutoff``, ``beta``, ``names``, ``frame_id``).
-    """
-
-    name = "joint_map"
-
-    def __init__(self, side: str, **stream):
-        from ..retarget.inspire import InspireStream
-
-        self.side = side
-        self._options = stream
-        self._stream = InspireStream(side, **stream)
-        self._open = _open_angles(self._stream.hand)
-
-    @property
-    def command(self) -> np.ndarray | None:
-        """The last command sent, ``(6,)`` opening fractions, or None before the first."""
-        return self._stream.command
-
-    @property
-    def raw(self) -> np.ndarray | None:
-        """The last command before smoothing and the rate limit, ``(6,)``, or None before the first."""
-        return self._stream.raw_command
-
-    def push(self, result, stamp: float) -> dict[str, Any]:
-        """The ctrl message of one fitted frame (``result``: an :class:`~wuji_jax.IKResult` of one frame,
-        numpy fields), stamped ``stamp`` seconds (not before the previous push)."""
-        return self._stream.push(result.angles, stamp)
-
-    def open(self, stamp: float) -> dict[str, Any]:
-        """The ctrl message that moves the hand towards fully open, at the rate limit."""
-        return self._stream.push(self._open, stamp)
-
-    def compile(self) -> None:
-        """Make the first calls (they compile, or read the compilation cache) on a scratch stream with
-        the same settings, so that the live stream's first frames run compiled code."""
-        from ..retarget.inspire import InspireStream, to_rh56
-
-        scratch = InspireStream(self.side, **self._options)
-        scratch.push(self._open, 0.0)
-        scratch.push(self._open, 1.0 / 30.0)
-        to_rh56(scratch.command)
-
-
-class RetargetMap:
-    """The task-space retarget: :func:`wuji_jax.inspire.retarget` of the fitted angles, warm-started from
-    the last frame's openings, then smoothed and rate-limited as :class:`~wuji_jax.inspire.InspireStream`
-    does, all in one compiled program per frame (the model and settings are its constants: one call of
-    a few arrays, not the pytrees of the hand, the robot and the config).
-
-    :class:`~wuji_jax.inspire.InspireStream` takes angles only, so the filter of its ``push`` is written
-    here again for commands: exponential (``tau``) or one-euro (:func:`wuji_jax.filters.one_euro_step`)
-    smoothing, then no channel moving faster than :func:`wuji_jax.inspire.max_rate` allows.
-
-    Args:
-        side: ``"left"`` or ``"right"``: the human model (a left hand's keypoints are mirrored for the
-            robot) and the topic.
-        robot: the Inspire hand (:class:`wuji_jax.inspire.InspireHand`, a URDF path, or None for the copy
-            in ``dexi-rs``).
-        speed_ratio, smoothing, tau, min_cutoff, beta, names, frame_id: as
+        side: ``"left"`` or ``"right"``: the human model and the topic.
+        speed_ratio, smoothing, tau, min_cutoff, beta, d_cutoff, names, frame_id: as
             :class:`~wuji_jax.inspire.InspireStream`.
     """
 
-    name = "retarget"
+    name = ""
 
-    def __init__(self, side: str, robot=None, *, speed_ratio=1.0, smoothing: str | None = None, tau: float = 0.05,
+    def __init__(self, side: str, *, speed_ratio=1.0, smoothing: str | None = None, tau: float = 0.05,
                  min_cutoff: float = 1.0, beta: float = 0.5, names: Sequence[str] | None = None,
                  frame_id: str = "", d_cutoff: float = 1.0):
-        from ..retarget.inspire import InspireStream, load_inspire_hand
+        from ..retarget.inspire import InspireStream
         from ..hand.model import load_hand
 
         InspireStream(side, speed_ratio=speed_ratio, smoothing=smoothing, tau=tau, min_cutoff=min_cutoff, beta=beta,
                       d_cutoff=d_cutoff, names=names)  # the same checks of the same settings
         self.side, self.names, self.frame_id = side, names, frame_id
         self.hand = load_hand(side)
-        self.robot = robot if robot is not None and not isinstance(robot, (str, os.PathLike)) else \
-            load_inspire_hand(robot, side)
         self._settings = (tuple(np.broadcast_to(np.asarray(speed_ratio, np.float64), (6,))), smoothing,
                           float(tau), float(min_cutoff), float(beta), float(d_cutoff))
         self._program = None
+        self._fused = None  # (solver, program): the fit and the command in one program
         self._open = _open_angles(self.hand)
         self._state: tuple | None = None  # (raw, y, dy, out) float32 (6,) each
         self._t: float | None = None
         self.command: np.ndarray | None = None  #: the last command sent, (6,) opening fractions
         self.raw: np.ndarray | None = None  #: the last command before smoothing and the rate limit
 
-    def _build(self):
-        import jax
+    def _openings(self, q, previous, first):
+        """The map itself: ``(20,)`` angles (and the previous raw command) → ``(6,)`` openings."""
+        raise NotImplementedError
+
+    def _constants(self) -> tuple:
+        """The pytrees compiled into the program besides the settings (they name it in the cache)."""
+        return (self.hand,)
+
+    def _step(self):
         import jax.numpy as jnp
 
-        from ..runtime.cache import cached_program
         from ..ik.filters import one_euro_step
-        from ..retarget.inspire import RetargetConfig, max_rate, retarget_kernel, to_inspire_kernel
-        from ..runtime.programs import compile_options
+        from ..retarget.inspire import max_rate
 
         speed, smoothing, tau, min_cutoff, beta, d_cutoff = self._settings
-        hand, robot, config, left = self.hand, self.robot, RetargetConfig(), self.hand.side == "left"
         rate = np.asarray(max_rate(np.asarray(speed)), np.float32)
 
         def step(q, raw, y, dy, out, dt, first, to_open):  # (20,), (6,) x4, (), (), () -> (24,)
-            q0 = jnp.where(first, to_inspire_kernel(hand, q, None), raw)
-            x = retarget_kernel(hand, robot, q, q0, None, config, left=left)
+            x = self._openings(q, raw, first)
             x = jnp.where(to_open, jnp.ones_like(x), x)
             dt = jnp.maximum(dt, 0.0)
             if smoothing == "exponential":
@@ -426,53 +376,143 @@ class RetargetMap:
             out1 = jnp.where(first, x, out + jnp.clip(y1 - out, -s, s))
             return jnp.concatenate([x, y1, dy1, jnp.clip(out1, 0.0, 1.0)])
 
+        return step
+
+    def _specs(self):
+        import jax
+
         on = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # one frame: the host CPU, as FrameSolver
-        specs = [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in
-                 [((20,), np.float32)] + [((6,), np.float32)] * 4 + [((), np.float32), ((), bool), ((), bool)]]
-        # the model, robot and settings are constants of this program: they name it in the compilation cache
-        digest = hashlib.sha256(repr((self._settings, left, str(jax.tree_util.tree_structure((hand, robot))),
-                                      dataclasses.astuple(config))).encode())
-        for leaf in jax.tree_util.tree_leaves((hand, robot)):
+        return [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in
+                [((20,), np.float32)] + [((6,), np.float32)] * 4 + [((), np.float32), ((), bool), ((), bool)]]
+
+    def _digest(self) -> str:
+        import jax
+
+        constants = self._constants()
+        digest = hashlib.sha256(repr((self.name, self._settings, self.hand.side,
+                                      str(jax.tree_util.tree_structure(constants)))).encode())
+        for leaf in jax.tree_util.tree_leaves(constants):
             digest.update(np.ascontiguousarray(leaf).tobytes())
-        program = cached_program(step, f"live_retarget_{digest.hexdigest()[:16]}", *specs,
-                                 compiler_options=compile_options(1, "cpu"))
-        return program.lower(*specs).compile()
+        return digest.hexdigest()[:16]
 
-    def compile(self) -> None:
-        """Compile the per-frame program (or read it from the compilation cache)."""
+    def compile(self, solver=None) -> None:
+        """Compile the per-frame program (or read it from the compilation cache); with ``solver`` (a
+        :class:`~wuji_jax.FrameSolver`, warm-started frames) also the program that fits a frame and maps
+        it in one call (:meth:`fit`)."""
+        from ..runtime.cache import cached_program
+        from ..runtime.programs import compile_options
+
+        step, specs = self._step(), self._specs()
         if self._program is None:
-            self._program = self._build()
+            self._program = cached_program(step, f"live_{self.name}_{self._digest()}", *specs,
+                                           compiler_options=compile_options(1, "cpu")).lower(*specs).compile()
+        if solver is not None and (self._fused is None or self._fused[0] is not solver):
+            import jax.numpy as jnp
 
-    def _push(self, q: np.ndarray, stamp: float, to_open: bool) -> dict[str, Any]:
-        from ..retarget.inspire import ctrl_message
+            fit, at = solver.function(q0=True), solver.angles_slice()
 
-        self.compile()
+            def fused(lm, q0, *state):  # the fit's buffer, then the command step's
+                flat = fit(lm, q0)
+                return jnp.concatenate([flat, step(flat[at].astype(jnp.float32), *state)])
+
+            all_specs = solver.input_specs(q0=True) + specs[1:]
+            program = cached_program(fused, f"live_fit_{self.name}_{solver.digest()}_{self._digest()}", *all_specs,
+                                     compiler_options=compile_options(1, "cpu"))
+            self._fused = (solver, program.lower(*all_specs).compile())
+
+    def _inputs(self, stamp: float, to_open: bool) -> tuple:
         first = self._state is None
-        zeros = np.zeros(6, np.float32)
-        raw, y, dy, out = (zeros,) * 4 if first else self._state
         if not first and stamp < self._t:
             raise ValueError(f"timestamps must not go backwards: {stamp} after {self._t}")
+        zeros = np.zeros(6, np.float32)
+        raw, y, dy, out = (zeros,) * 4 if first else self._state
         dt = np.float32(0.0 if first else stamp - self._t)
-        flat = np.asarray(self._program(np.asarray(q, np.float32), raw, y, dy, out, dt, np.bool_(first),
-                                        np.bool_(to_open)))
+        return raw, y, dy, out, dt, np.bool_(first), np.bool_(to_open)
+
+    def _send(self, flat: np.ndarray, stamp: float) -> dict[str, Any]:
+        from ..retarget.inspire import ctrl_message
+
         self._state = (flat[:6], flat[6:12], flat[12:18], flat[18:])
         self._t = stamp
         self.command = flat[18:].astype(np.float64)
         self.raw = flat[:6].astype(np.float64)  # before smoothing and the rate limit
         return ctrl_message(self.command, self.side, stamp, self.frame_id, names=self.names)
 
+    def _push(self, q: np.ndarray, stamp: float, to_open: bool) -> dict[str, Any]:
+        self.compile()
+        flat = np.asarray(self._program(np.asarray(q, np.float32), *self._inputs(stamp, to_open)))
+        return self._send(flat, stamp)
+
     def push(self, result, stamp: float) -> dict[str, Any]:
-        """As :meth:`JointMap.push`."""
+        """The ctrl message of one fitted frame (``result``: an :class:`~wuji_jax.IKResult` of one frame,
+        numpy fields), stamped ``stamp`` seconds (not before the previous push)."""
         return self._push(result.angles, stamp, False)
 
+    def fit(self, solver, landmarks: np.ndarray, q0: np.ndarray, stamp: float, check_units: bool = False):
+        """Fit one frame and map it in one compiled call: ``(IKResult, send)``, ``send()`` giving the
+        ctrl message (call it only for a frame whose command is sent: until then the map's state is
+        unchanged). ``landmarks (21, 3)`` float32 metres, ``q0 (20,)`` the warm start. Raises the
+        solver's ``ValueError`` for an input it refuses."""
+        self.compile(solver)
+        inputs = self._inputs(stamp, False)
+        flat = np.asarray(self._fused[1](landmarks, q0, *inputs))
+        n = flat.shape[0] - 24
+        res = solver.result(flat[:n], landmarks, None, q0, check_units)
+        return res, lambda: self._send(flat[n:], stamp)
+
     def open(self, stamp: float) -> dict[str, Any]:
-        """As :meth:`JointMap.open`: towards all ones at the rate limit (the retarget's raw output kept)."""
+        """The ctrl message that moves the hand towards fully open, at the rate limit (the raw output of
+        the last fitted frame kept)."""
         if self._state is None:
             return self._push(self._open, stamp, True)
         raw = self._state[0]
         msg = self._push(self._open, stamp, True)
         self._state = (raw,) + self._state[1:]
         return msg
+
+
+class JointMap(_CommandMap):
+    """The joint map: :func:`wuji_jax.inspire.to_inspire` of the fitted angles, smoothed and rate-limited
+    as :class:`wuji_jax.inspire.InspireStream` does (see :class:`_CommandMap`)."""
+
+    name = "joint_map"
+
+    def _openings(self, q, previous, first):
+        from ..retarget.inspire import to_inspire_kernel
+
+        return to_inspire_kernel(self.hand, q, None)
+
+
+class RetargetMap(_CommandMap):
+    """The task-space retarget: :func:`wuji_jax.inspire.retarget` of the fitted angles, warm-started from
+    the last frame's openings, then smoothed and rate-limited (see :class:`_CommandMap`).
+
+    Args:
+        robot: the Inspire hand (:class:`wuji_jax.inspire.InspireHand`, a URDF path, or None for the copy
+            in ``dexi-rs``); the others as :class:`_CommandMap`.
+    """
+
+    name = "retarget"
+
+    def __init__(self, side: str, robot=None, **stream):
+        from ..retarget.inspire import load_inspire_hand
+
+        super().__init__(side, **stream)
+        self.robot = robot if robot is not None and not isinstance(robot, (str, os.PathLike)) else \
+            load_inspire_hand(robot, side)
+
+    def _constants(self) -> tuple:
+        from ..retarget.inspire import RetargetConfig
+
+        return (self.hand, self.robot, RetargetConfig())
+
+    def _openings(self, q, previous, first):
+        import jax.numpy as jnp
+
+        from ..retarget.inspire import RetargetConfig, retarget_kernel, to_inspire_kernel
+
+        q0 = jnp.where(first, to_inspire_kernel(self.hand, q, None), previous)
+        return retarget_kernel(self.hand, self.robot, q, q0, None, RetargetConfig(), left=self.hand.side == "left")
 
 
 def command_map(side: str, method: str = "auto", **stream):
@@ -503,8 +543,9 @@ def command_map(side: str, method: str = "auto", **stream):
 
 def compile_programs(sides: Sequence[str] = ("right", "left"), method: str = "auto") -> str:
     """Compile (into the compilation cache, where it is on) what :class:`Live` compiles before its first
-    frame at its default settings: the FrameSolver and each side's command map. For ``wuji-jax warmup``;
-    returns the command map's name."""
+    frame at its default settings: each side's program of a frame (the FrameSolver's fit and the command
+    map in one), and the joint map's too where ``method`` picks another (it is the fallback). For
+    ``wuji-jax warmup``; returns the command map's name."""
     import inspect
 
     from ..hand.model import load_hand
@@ -512,11 +553,13 @@ def compile_programs(sides: Sequence[str] = ("right", "left"), method: str = "au
 
     keys = ("speed_ratio", "smoothing", "tau", "min_cutoff", "beta", "names", "frame_id")
     stream = {k: p.default for k, p in inspect.signature(Live).parameters.items() if k in keys}
-    FrameSolver(load_hand("right")).compile(q0=True)
+    solver = FrameSolver(load_hand("right"))
     name = ""
     for side in sides:
         cmap = command_map(side, method, **stream)[0]
-        cmap.compile()
+        cmap.compile(solver)
+        if cmap.name != "joint_map":  # the fallback (and --command-map joint_map) starts at once too
+            command_map(side, "joint_map", **stream)[0].compile(solver)
         name = cmap.name
     return name
 
@@ -717,12 +760,12 @@ class Live:
             self.status(f"live: note: {self.map_note}")
         t0 = time.perf_counter()
         hand = load_hand("right")  # a left hand is fitted mirrored (Live's docstring): one kernel for both
-        self._solver = FrameSolver(hand).compile(q0=True)
+        self._solver = FrameSolver(hand)  # compiled into each side's command program (one call a frame)
         self._q = np.asarray(jax.device_get(neutral_angles(hand)), np.float32)
         for s in sides:
             if s not in self._maps:
                 self._maps[s] = command_map(s, self.method, **self._stream_options)[0]
-            self._maps[s].compile()
+            self._maps[s].compile(self._solver)
         self.compile_seconds = time.perf_counter() - t0
         from ..data.video import QuietNative
 
@@ -822,12 +865,10 @@ class Live:
         if self.side is None:
             self.side = self._pick_side(world, found.handedness[0][0].category_name if found.handedness else "")
         t2 = time.perf_counter()
-        try:
+        try:  # the fit and the command map in one compiled call; the command is sent only if the fit passes
+            res, send = self._map.fit(self._solver, world * _MIRROR if self.side == "left" else world, self._q, stamp)
             if self.side == "left":
-                res = self._solver(world * _MIRROR, q0=self._q, check_units=False)
                 res = res._replace(keypoints=res.keypoints * _MIRROR)
-            else:
-                res = self._solver(world, q0=self._q, check_units=False)
         except ValueError:  # an input the solver refuses (non-finite landmarks): held back, as a flagged frame
             res = None
         t3 = time.perf_counter()
@@ -837,7 +878,7 @@ class Live:
             self._held_back(flags)
             return None
         self._q = res.angles
-        cmd = self._command(frame, stamp, self._map.push(res, stamp), "fit", res, world, image_lm)
+        cmd = self._command(frame, stamp, send(), "fit", res, world, image_lm)
         sec["command"].append(self._published - t3)
         sec["compute"].append(time.perf_counter() - t2)  # solve + command + publish of this frame
         stats.fitted += 1
@@ -863,11 +904,11 @@ class Live:
         return self._command(frame, stamp, message, self.on_lost, None, None, None)
 
     def _command(self, frame, stamp, message, kind, res, world, image_lm) -> LiveCommand:
-        from ..retarget.inspire import to_rh56
+        from ..retarget.inspire import rh56_host
 
         command = np.asarray(message["msg"]["position"], np.float64)
         raw = None if res is None else np.asarray(self._map.raw, np.float64)
-        cmd = LiveCommand(frame.index, frame.t, stamp, self.side, command, np.asarray(to_rh56(command)), message,
+        cmd = LiveCommand(frame.index, frame.t, stamp, self.side, command, rh56_host(command), message,
                           kind, raw, res, world, image_lm, frame)
         p0 = self._published = time.perf_counter()
         for out in self.outputs:

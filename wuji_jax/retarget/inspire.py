@@ -698,10 +698,17 @@ def to_rh56(cmd) -> jax.Array:
     return _to_rh56_kernel(c)
 
 
-@jax.jit
-def _to_rh56_kernel(c):
-    v = jnp.round(jnp.clip(c, 0.0, 1.0) * RH56_MAX)
-    return jnp.where(jnp.isnan(c), -1, v).astype(jnp.int32)
+def _rh56(xp, c):
+    v = xp.round(xp.clip(c, 0.0, 1.0) * RH56_MAX)
+    return xp.where(xp.isnan(c), -1, v).astype(xp.int32)
+
+
+_to_rh56_kernel = jax.jit(functools.partial(_rh56, jnp))
+
+
+def rh56_host(cmd: np.ndarray) -> np.ndarray:
+    """:func:`to_rh56` of a host array in numpy (no dispatch: for one command a frame), int32."""
+    return _rh56(np, np.asarray(cmd))
 
 
 def from_rh56(values) -> jax.Array:
