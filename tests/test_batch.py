@@ -405,8 +405,8 @@ def test_a_fresh_run_writes_its_table_while_solving(tmp_path, world, monkeypatch
     import pyarrow.parquet as pq
 
     assembled = []
-    real = table._assemble
-    monkeypatch.setattr(table, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
+    real = table.assemble_parts
+    monkeypatch.setattr(table, "assemble_parts", lambda out, *a: assembled.append(out) or real(out, *a))
     a = _npy(tmp_path / "a.npy", world[:150])
     alone = tmp_path / "alone.parquet"
     assert batch.solve_dataset(a, alone, **FAST)["frames"] == 150
@@ -440,14 +440,14 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     import threading
 
     events = []
-    real_hash, real_program, real_imports = store._content_hash, batch.Kernel.program, batch.import_writers
+    real_hash, real_program, real_imports = store.content_hash, batch.Kernel.program, batch.import_writers
 
     def program(self, inspire, args, lowered_hook=None, side="right"):
         events.append(("program", threading.current_thread().name))
         return real_program(self, inspire, args, lowered_hook and (lambda: events.append(("lowered",)) or lowered_hook()),
                             side)
 
-    monkeypatch.setattr(store, "_content_hash", lambda path: events.append(("hash",)) or real_hash(path))
+    monkeypatch.setattr(store, "content_hash", lambda path: events.append(("hash",)) or real_hash(path))
     monkeypatch.setattr(batch.Kernel, "program", program)
     monkeypatch.setattr(batch, "import_writers", lambda *a: events.append(("imports",)) or real_imports(*a))
     left = _npy(tmp_path / "l.npy", world[:70] * np.array([-1.0, 1.0, 1.0]))  # a left hand (mirrored)

@@ -289,7 +289,7 @@ def test_quick_compile_options(monkeypatch):
     assert cache.quick_compile_options("gpu") == {}
     monkeypatch.setenv("WUJI_JAX_QUICK_COMPILE", "0")
     assert cache.quick_compile_options("cpu") == {}
-    assert cache._accepted((("xla_wuji_no_such_option", True),)) is False
+    assert cache.options_accepted((("xla_wuji_no_such_option", True),)) is False
 
 
 def test_cached_program_hands_its_options_to_xla():

@@ -165,8 +165,8 @@ def test_a_fresh_run_of_known_size_writes_its_table_as_blocks_arrive(cluster, da
     ref = tmp_path / "reference.parquet"
     solve_dataset(files, ref, devices=1, progress=False, **SETTINGS)
     assembled = []
-    real = table._assemble
-    monkeypatch.setattr(table, "_assemble", lambda out, *a: assembled.append(out) or real(out, *a))
+    real = table.assemble_parts
+    monkeypatch.setattr(table, "assemble_parts", lambda out, *a: assembled.append(out) or real(out, *a))
     out = tmp_path / "angles.parquet"
     s = _solve(cluster, {**data, "files": files}, out)
     assert assembled == [] and s["frames"] == 450 and s["ray"]["workers"] == 2

@@ -24,7 +24,7 @@ from ..data import io as wio
 from ..data import outputs
 
 __all__ = ["MANIFEST_VERSION", "run_identity", "out_path", "check_outputs", "remove_stale_temporaries", "OutputLock",
-           "open_parts", "write_part", "part_ok", "read_part", "part_arrays", "atomic_json"]
+           "open_parts", "write_part", "part_ok", "read_part", "part_arrays", "atomic_json", "content_hash"]
 
 
 MANIFEST_VERSION = 1
@@ -61,7 +61,7 @@ def part_arrays(fh) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
-def _content_hash(path: Path) -> str:
+def content_hash(path: Path) -> str:
     """SHA-256 of a file's bytes (small next to solving the frames it holds).
 
     Read in 16 MiB blocks: hashing releases the GIL, but every block takes it back, and while
@@ -95,7 +95,7 @@ def run_identity(files: Sequence[Any], chunk_size: int, side: str, config, inspi
         p = Path(f)
         try:
             st = p.stat()
-            digest = _content_hash(p) if p.is_file() else None  # a folder of images: path, size, time
+            digest = content_hash(p) if p.is_file() else None  # a folder of images: path, size, time
             inputs.append({"path": os.path.realpath(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                            "sha256": digest})
         except OSError:
@@ -108,7 +108,7 @@ def run_identity(files: Sequence[Any], chunk_size: int, side: str, config, inspi
             "compile_options": sorted([k, repr(v)] for k, v in (compile_options or {}).items()),
             "command_map": None if not inspire else ("retarget" if retarget else "joint_map"),
             "inspire_urdf": None if not (inspire and retarget) else
-            {side: {"path": os.path.realpath(p), "sha256": _content_hash(Path(p))} for side, p in sorted(retarget.items())},
+            {side: {"path": os.path.realpath(p), "sha256": content_hash(Path(p))} for side, p in sorted(retarget.items())},
             "wuji_jax": __version__}
 
 

@@ -17,7 +17,7 @@ from ..data.outputs import replacing
 from ..ik.config import FLAG_NAMES
 from .store import read_part
 
-__all__ = ["Assembler", "TableWriter", "finish_table", "import_writers", "plot_angles"]
+__all__ = ["Assembler", "TableWriter", "finish_table", "assemble_parts", "import_writers", "plot_angles"]
 
 
 #: at most this many frames are drawn (evenly strided): two per pixel column of the plot's panels
@@ -181,16 +181,16 @@ def finish_table(stream: Assembler | None, complete: bool, out: Path, part_files
                   files: Sequence[Any], inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
     """The table in place and its statistics: ``stream``'s where it was given every part
     (``complete``), holds the ``n_rows`` rows wanted (as many as it expected) and none of a ``failed``
-    file; else it is dropped and the part files are assembled (:func:`_assemble`)."""
+    file; else it is dropped and the part files are assembled (:func:`assemble_parts`)."""
     if stream is not None and complete and stream.frames == n_rows == stream.n_rows and \
             not stream.sources & failed:
         return stream.close()
     if stream is not None:
         stream.abort()
-    return _assemble(out, part_files, failed, files, inspire, n_rows, digest)
+    return assemble_parts(out, part_files, failed, files, inspire, n_rows, digest)
 
 
-def _assemble(out: Path, part_files: list[Path], failed: set[int], files: Sequence[Any],
+def assemble_parts(out: Path, part_files: list[Path], failed: set[int], files: Sequence[Any],
               inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
     """Concatenate the part files in order into ``out`` (the rows of ``failed`` files left out);
     :meth:`Assembler.close`'s statistics and plot sample."""

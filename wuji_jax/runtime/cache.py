@@ -80,7 +80,7 @@ import warnings
 from pathlib import Path
 
 __all__ = ["enable_compilation_cache", "compilation_cache_dir", "default_cache_dir", "cached_program", "program_path",
-           "quick_compile_options", "QUICK_CPU_OPTIONS", "compile_side_by_side"]
+           "quick_compile_options", "options_accepted", "QUICK_CPU_OPTIONS", "compile_side_by_side"]
 
 #: environment variables read by :func:`enable_compilation_cache`
 ENV_DIR = "WUJI_JAX_CACHE_DIR"
@@ -199,11 +199,14 @@ def quick_compile_options(platform: str) -> dict:
     if platform != "cpu" or os.environ.get(ENV_QUICK, "").strip().lower() in _NO:
         return {}
     options = tuple(sorted(QUICK_CPU_OPTIONS.items()))
-    return dict(options) if _accepted(options) else {}
+    return dict(options) if options_accepted(options) else {}
 
 
 @functools.lru_cache(maxsize=None)
-def _accepted(options: tuple) -> bool:
+def options_accepted(options: tuple) -> bool:
+    """Whether this jaxlib's CPU compiler takes ``options`` (a sorted tuple of ``(name, value)``): a
+    probe compile of a tiny program, once per process. An unknown option is ``False``; any other
+    failure is raised."""
     import jax
     import numpy as np
 
