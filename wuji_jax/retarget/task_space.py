@@ -18,7 +18,9 @@ fingertip pads, not the tip frames: each tip is a sphere of ``pad_radius`` set b
 frame along the last link, and contact is its centres ``2·pad_radius`` apart (surfaces touching).
 
 Solver: projected Levenberg–Marquardt on the six openings, a fixed number of iterations, limits
-kept by clipping each step to ``[0, 1]``. The five pads move together: their chains are
+kept by clipping each step to ``[0, 1]``; a motor at a limit whose gradient pushes it outwards leaves
+the step's system (projected Newton), so the others converge as if it were fixed (on the shared
+recording, 4 iterations end within 6.5e-4 of a 40-iteration fit at p95, 0.003 at most). The five pads move together: their chains are
 :func:`~.inspire_hand.point_stages` programs stacked into arrays (a planar rotation and a ``3 × 4``
 map per joint), evaluated with their exact derivatives along each pad's own motors. Each finger
 motor couples only with the two thumb motors, so the ``6 × 6`` normal equations are solved per frame
@@ -81,7 +83,7 @@ class RetargetConfig:
             correlation from 0.87 to 0.80).
     """
 
-    iterations: int = dataclasses.field(default=6, metadata=dict(static=True))
+    iterations: int = dataclasses.field(default=4, metadata=dict(static=True))
     thumb_starts: tuple[tuple[float, float], ...] = dataclasses.field(default=((0.5, 0.1),),
                                                                      metadata=dict(static=True))
     w_direction: float = 0.1
@@ -344,8 +346,18 @@ def retarget_rows(hand: InspireHand, kp: jax.Array, prior: jax.Array, config: Re
         o, normal, grad, cost = pick((o_try, normal_try, grad_try, cost_try), (o, normal, grad, cost))
         lam = jnp.where(better, lam * 0.3, lam * 4.0)
         F, FB, FR, T = normal
+        gF, gB, gR = grad
         damp = 1 + lam
-        delta = _arrow_solve(F * damp + 1e-9, FB, FR, (T[0] * damp + 1e-9, T[1], T[2] * damp + 1e-9), *grad)
+        # projected Newton: a motor at a bound whose gradient pushes it out stays there (its row and
+        # column leave the system), so the clipping does not spoil the step of the others
+        g6 = jnp.concatenate([gF, gB[None], gR[None]])
+        held = ((o <= 0) & (g6 > 0)) | ((o >= 1) & (g6 < 0))
+        free = 1 - held.astype(o.dtype)
+        fF, fb, fr = free[:4], free[4], free[5]
+        F, FB, FR = F * fF + (1 - fF), FB * fF * fb, FR * fF * fr
+        T = (T[0] * fb + (1 - fb), T[1] * fb * fr, T[2] * fr + (1 - fr))
+        gF, gB, gR = gF * fF, gB * fb, gR * fr
+        delta = _arrow_solve(F * damp + 1e-9, FB, FR, (T[0] * damp + 1e-9, T[1], T[2] * damp + 1e-9), gF, gB, gR)
         return o, normal, grad, cost, lam, jnp.clip(o - delta, 0.0, 1.0)
 
     # the first iteration linearises at the starts (infinite cost before: always kept)
