@@ -395,15 +395,16 @@ class _CommandMap:
             digest.update(np.ascontiguousarray(leaf).tobytes())
         return digest.hexdigest()[:16]
 
-    def compile(self, solver=None) -> None:
-        """Compile the per-frame program (or read it from the compilation cache); with ``solver`` (a
-        :class:`~wuji_jax.FrameSolver`, warm-started frames) also the program that fits a frame and maps
-        it in one call (:meth:`fit`)."""
+    def compile(self, solver=None, push: bool = True) -> None:
+        """Compile the per-frame programs (or read them from the compilation cache): with ``push`` the one
+        of :meth:`push` and :meth:`open` (else it compiles on their first call); with ``solver`` (a
+        :class:`~wuji_jax.FrameSolver`, warm-started frames) the one that fits a frame and maps it in one
+        call (:meth:`fit`)."""
         from ..runtime.cache import cached_program
         from ..runtime.programs import compile_options
 
         step, specs = self._step(), self._specs()
-        if self._program is None:
+        if push and self._program is None:
             self._program = cached_program(step, f"live_{self.name}_{self._digest()}", *specs,
                                            compiler_options=compile_options(1, "cpu")).lower(*specs).compile()
         if solver is not None and (self._fused is None or self._fused[0] is not solver):
@@ -765,7 +766,7 @@ class Live:
         for s in sides:
             if s not in self._maps:
                 self._maps[s] = command_map(s, self.method, **self._stream_options)[0]
-            self._maps[s].compile(self._solver)
+            self._maps[s].compile(self._solver, push=self.on_lost == "open")  # push: only to open a lost hand
         self.compile_seconds = time.perf_counter() - t0
         from ..data.video import QuietNative
 
