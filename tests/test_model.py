@@ -105,3 +105,18 @@ def test_missing_file_and_bad_side(tmp_path):
         wj.load_hand("right", urdf=tmp_path / "nope.urdf")
     with pytest.raises(ValueError, match="side must be 'right' or 'left'"):
         wj.load_hand("middle")
+
+
+def test_a_model_parsed_inside_a_trace_is_concrete():
+    """load_hand caches its model, so one first built inside jax.jit must hold arrays, not tracers of
+    that trace (the next eager use would fail)."""
+    text = urdf_path("right").read_text()
+    built = []
+
+    @jax.jit
+    def f(x):
+        built.append(parse_urdf(text))
+        return x + built[-1].lower.sum()
+
+    f(jnp.ones(2))
+    assert not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(built[0]))

@@ -336,8 +336,12 @@ def parse_urdf(text: str, side: str = "", keypoints: Sequence[str] | None = None
             if k not in link_pos:
                 raise ValueError(f"keypoints: link {k!r} is not defined in the URDF")
 
-    # float64 when jax_enable_x64 is on, float32 otherwise (JAX's default dtype canonicalisation)
-    f = lambda a: jnp.asarray(np.asarray(a, np.float64))
+    def f(a):  # float64 when jax_enable_x64 is on, else float32 (JAX's canonical dtype), converted in
+        # numpy (JAX compiles a conversion program per shape); concrete even when the first load runs
+        # inside a trace (the model is cached and shared)
+        with jax.ensure_compile_time_eval():
+            return jax.device_put(np.asarray(a, jax.dtypes.canonicalize_dtype(np.float64)))
+
     return HandModel(
         origin_xyz=f(xyz), origin_rot=f(rot), axis=f(axis),
         lower=f(np.array([joints[j]["lower"] for j in active]).reshape(-1)),

@@ -155,7 +155,7 @@ def _load(path: str, mtime: float, x64: bool) -> InspireHand:
             tip_links=tuple(model.link_index(n) for n in TIP_LINKS),
             base_links=tuple(model.link_index(n) for n in FINGER_BASE_LINKS),
             chains=tuple(_chain(model, model.link_index(n)) for n in TIP_LINKS))
-        _check_open_end(hand)
+    _check_open_end(hand)
     return hand
 
 
@@ -171,10 +171,15 @@ def _end_points(hand: InspireHand):
 def _check_open_end(hand: InspireHand) -> None:
     """``ValueError`` unless the lower limits are the open end: each fingertip farther from its
     finger's base and from the palm at o = 1 than at o = 0 (the convention of the module docstring)."""
-    lo, hi = np.asarray(hand.lower), np.asarray(hand.upper)
+    motors = list(hand.motor_q)
+    lo, hi = np.asarray(hand.model.lower)[motors], np.asarray(hand.model.upper)[motors]
     if not np.all(hi > lo):
         raise ValueError(f"{Path(hand.source).name}: a motor joint has upper <= lower")
-    tips, pts = (np.asarray(a) for a in _end_points(hand))
+    ends = _end_points(hand)
+    if any(isinstance(a, jax.core.Tracer) for a in ends):  # loaded inside a trace: evaluate it now all the same
+        with jax.ensure_compile_time_eval():
+            ends = _end_points(hand)
+    tips, pts = (np.asarray(a) for a in ends)
     palm = pts[1:].mean(0)
     for k, name in enumerate(TIP_LINKS):
         far_open = np.linalg.norm(tips[0, k] - palm) > np.linalg.norm(tips[1, k] - palm)
