@@ -766,7 +766,18 @@ class Live:
         for s in sides:
             if s not in self._maps:
                 self._maps[s] = command_map(s, self.method, **self._stream_options)[0]
-            self._maps[s].compile(self._solver, push=self.on_lost == "open")  # push: only to open a lost hand
+
+        def ready(s):  # push: only to open a lost hand
+            self._maps[s].compile(self._solver, push=self.on_lost == "open")
+
+        if len(sides) > 1:  # both sides at once (reading a program from the cache releases the GIL); joined here
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(len(sides), thread_name_prefix="wuji-jax-live-compile") as pool:
+                list(pool.map(ready, sides))
+        else:
+            for s in sides:
+                ready(s)
         self.compile_seconds = time.perf_counter() - t0
         from ..data.video import QuietNative
 
