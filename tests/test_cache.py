@@ -176,17 +176,17 @@ def _cli(env: dict, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_cli_caches_by_default_and_obeys_its_options(tmp_path):
     home_cache = tmp_path / "xdg"
     env = _clean_env(XDG_CACHE_HOME=str(home_cache))
-    r = _cli(env, "view", "fist", "-o", "v.html", cwd=tmp_path)
+    r = _cli(env, "pose", "fist", "-o", "p.png", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert _entries(home_cache / "wuji_jax" / "xla"), "the command did not fill the per-user cache"
 
-    for argv in (["--cache-dir", "c1", "view", "fist", "-o", "v.html"],   # before COMMAND
-                 ["view", "fist", "-o", "v.html", "--cache-dir=c2"]):     # after it
+    for argv in (["--cache-dir", "c1", "pose", "fist", "-o", "p.png"],   # before COMMAND
+                 ["pose", "fist", "-o", "p.png", "--cache-dir=c2"]):     # after it
         r = _cli(env, *argv, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
     assert _entries(tmp_path / "c1") and _entries(tmp_path / "c2")
 
-    r = _cli(_clean_env(WUJI_JAX_CACHE_DIR=str(tmp_path / "c3")), "view", "fist", "-o", "v.html", cwd=tmp_path)
+    r = _cli(_clean_env(WUJI_JAX_CACHE_DIR=str(tmp_path / "c3")), "pose", "fist", "-o", "p.png", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert _entries(tmp_path / "c3")
 
