@@ -49,6 +49,7 @@ first frame was taken, unless given.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import hashlib
 import math
@@ -306,7 +307,7 @@ def _open_angles(hand) -> np.ndarray:
                       np.float32)
 
 
-class _CommandMap:
+class _CommandMap(abc.ABC):
     """A command map of a live stream: six opening fractions from one frame's angles, smoothed and
     rate-limited as :class:`~wuji_jax.inspire.InspireStream` does, in one compiled program per frame (the
     model and settings are its constants: one call of a few arrays). With :meth:`compile`'s ``solver`` the
@@ -344,9 +345,9 @@ class _CommandMap:
         self.command: np.ndarray | None = None  #: the last command sent, (6,) opening fractions
         self.raw: np.ndarray | None = None  #: the last command before smoothing and the rate limit
 
+    @abc.abstractmethod
     def _openings(self, q, previous, first):
         """The map itself: ``(20,)`` angles (and the previous raw command) → ``(6,)`` openings."""
-        raise NotImplementedError
 
     def _constants(self) -> tuple:
         """The pytrees compiled into the program besides the settings (they name it in the cache)."""
@@ -400,14 +401,18 @@ class _CommandMap:
         of :meth:`push` and :meth:`open` (else it compiles on their first call); with ``solver`` (a
         :class:`~wuji_jax.FrameSolver`, warm-started frames) the one that fits a frame and maps it in one
         call (:meth:`fit`)."""
+        push = push and self._program is None
+        fuse = solver is not None and (self._fused is None or self._fused[0] is not solver)
+        if not (push or fuse):  # (called on every frame: nothing to do once compiled)
+            return
         from ..runtime.cache import cached_program
         from ..runtime.programs import compile_options
 
-        step, specs = self._step(), self._specs()
-        if push and self._program is None:
-            self._program = cached_program(step, f"live_{self.name}_{self._digest()}", *specs,
+        step, specs, digest = self._step(), self._specs(), self._digest()
+        if push:
+            self._program = cached_program(step, f"live_{self.name}_{digest}", *specs,
                                            compiler_options=compile_options(1, "cpu")).lower(*specs).compile()
-        if solver is not None and (self._fused is None or self._fused[0] is not solver):
+        if fuse:
             import jax.numpy as jnp
 
             fit, at = solver.function(q0=True), solver.angles_slice()
@@ -417,7 +422,7 @@ class _CommandMap:
                 return jnp.concatenate([flat, step(flat[at].astype(jnp.float32), *state)])
 
             all_specs = solver.input_specs(q0=True) + specs[1:]
-            program = cached_program(fused, f"live_fit_{self.name}_{solver.digest()}_{self._digest()}", *all_specs,
+            program = cached_program(fused, f"live_fit_{self.name}_{solver.digest()}_{digest}", *all_specs,
                                      compiler_options=compile_options(1, "cpu"))
             self._fused = (solver, program.lower(*all_specs).compile())
 
