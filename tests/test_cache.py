@@ -312,7 +312,18 @@ def test_cached_program_hands_its_options_to_xla():
     np.testing.assert_allclose(np.asarray(quick(x)), np.asarray(plain(x)), rtol=1e-6)
 
 
-def test_small_programs_are_compiled_quickly(monkeypatch, right):
+@pytest.fixture
+def no_solver_programs():
+    """No solver program kept in this process, before the test and after it (its fakes go with it):
+    ``api.clear_programs``."""
+    from wuji_jax.ik import api
+
+    api.clear_programs()
+    yield
+    api.clear_programs()
+
+
+def test_small_programs_are_compiled_quickly(monkeypatch, right, no_solver_programs):
     """wj.solve's programs of up to programs.QUICK_FRAMES frames and FrameSolver get
     quick_compile_options (the small ones as two stages side by side); a batch of chunks and a large
     dataset job keep XLA's defaults."""
@@ -334,13 +345,11 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
         raise Stop
 
     monkeypatch.setattr(api, "cached_program", record)
-    monkeypatch.setattr(api, "_STAGES", {})
-    monkeypatch.setattr(api, "_PROGRAMS", {})
     monkeypatch.setattr(api, "compile_side_by_side", lambda *calls: [c() for c, _ in calls])
-    cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float32)
+    world = np.load(batch.sample_landmarks_path())["world"].astype(np.float32)
     for frames in (5, 300):
         with pytest.raises(Stop):
-            api._solve_eager(right, np.zeros((frames, 21, 3), np.float32), None, None, cfg, False)
+            wj.solve(right, world[:frames])
     # 5 frames: padded to 8, two programs (staged_program), the fit (the larger) first
     assert seen == {8: ("solve_chunked_fit", {"xla_cpu_use_fusion_emitters": False}),
                     384: ("solve_batch", None)}
@@ -355,6 +364,42 @@ def test_small_programs_are_compiled_quickly(monkeypatch, right):
     cpu = jax.devices("cpu")[:1]
     assert batch.Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32, quick=True).options == {"xla_cpu_use_fusion_emitters": False}
     assert batch.Kernel(api.DEFAULT_CONFIG, cpu, 8, np.float32).options is None
+
+
+def test_clear_programs_makes_solve_make_its_programs_again(monkeypatch, right, no_solver_programs):
+    """api.clear_programs drops the programs wj.solve keeps in the process (a frame's, and a small
+    batch's with its two stages) and says how many: a second call makes none, a call after it makes
+    them again. Fake programs: nothing is compiled."""
+    import numpy as np
+
+    import wuji_jax as wj
+    from wuji_jax import batch
+    from wuji_jax.ik import api
+
+    made = []
+
+    def program(fn, name, *args, compiler_options=None):  # cached_program
+        made.append(name)
+        if name == "solve_chunked_fit":  # the fit stage's result: the padded batch's fields
+            return lambda *a: {field: np.arange(8.0) for field in wj.IKResult._fields}
+        return lambda *a: name
+
+    monkeypatch.setattr(api, "cached_program", program)
+    monkeypatch.setattr(api, "compile_side_by_side", lambda *calls: [c() for c, _ in calls])
+    y = np.load(batch.sample_landmarks_path())["world"][:5].astype(np.float32)
+
+    def solve_both():
+        assert wj.solve(right, y[0]) == "solve_frame"
+        np.testing.assert_array_equal(np.asarray(wj.solve(right, y).angles), np.arange(5.0))  # padding dropped
+
+    solve_both()
+    assert sorted(made) == ["solve_chunked_fit", "solve_frame", "solve_start"]
+    solve_both()
+    assert len(made) == 3  # kept
+    assert api.clear_programs() == 4  # the frame's and the batch's programs, the batch's two stages
+    assert api.clear_programs() == 0
+    solve_both()
+    assert sorted(made) == ["solve_chunked_fit"] * 2 + ["solve_frame"] * 2 + ["solve_start"] * 2
 
 
 @pytest.mark.parametrize("frames, quick", [(100, True), (70_000, False)])
@@ -419,7 +464,7 @@ def test_programs_compiled_side_by_side_run_without_compiling_again(caplog):
         compile_side_by_side((jax.jit(side_b), (spec, spec)), (bad, (spec,)))
 
 
-def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, right):
+def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, right, no_solver_programs):
     """staged_program compiles each stage once per argument structure (the config's static coupling
     included), shapes and compiler options, and reuses it otherwise, whatever it is paired with (another
     fit on the same batch compiles only that fit); the fit is made first. A batch on the default device
@@ -435,7 +480,6 @@ def test_staged_programs_are_kept_per_structure_shape_and_options(monkeypatch, r
         return [lambda *a, i=i: (i, len(a)) for i in range(len(calls))]
 
     monkeypatch.setattr(api, "compile_side_by_side", fake)
-    monkeypatch.setattr(api, "_STAGES", {})
 
     def call(frames, coupling="hard", options=None):
         cfg = api.config_arrays(api.DEFAULT_CONFIG.replace(coupling=coupling), np.float32)

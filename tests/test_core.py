@@ -114,21 +114,27 @@ def test_the_lm_loop_holds_the_only_keypoint_and_jacobian_evaluation(right):
     kinematics with Jacobian before the loop: what the solver traces outside its loop stays small
     (a copy there made 866 equations and 0.5 s more compilation of the 64-frame fit program). The
     counts stay right: iteration 0 is not an iteration, and one iteration is one."""
-    from wuji_jax.ik import api, lm
+    from wuji_jax.ik import api
 
     cfg = api.config_arrays(api.DEFAULT_CONFIG, np.float64)
 
-    def solver(y, w, q0):  # the setup traced here, the loop inside a jit of its own (one equation here)
-        hand, ch, params, st, f = api._setup(right, y, w, q0, cfg)
-        prob = api._problem(hand, ch, f.y, f.w, f.q0, False)
-        x0 = lm.Variables(f.q0, jnp.zeros((0, 2)), jnp.broadcast_to(jnp.eye(3)[..., None], (3, 3, 2)),
-                          jnp.zeros((3, 2)), jnp.zeros(2))
-        return jax.jit(lambda theta, x0: lm.loop(st, theta, x0, f.valid))((hand, params, prob, cfg), x0)
+    def inner(jaxpr):  # every jaxpr nested in jaxpr's equations (jit, custom_jvp, while, ...), at any depth
+        for e in jaxpr.eqns:
+            for v in e.params.values():
+                for j in v if isinstance(v, (tuple, list)) else (v,):
+                    j = getattr(j, "jaxpr", j)  # a ClosedJaxpr's jaxpr
+                    if hasattr(j, "eqns"):
+                        yield j
+                        yield from inner(j)
 
-    traced = jax.make_jaxpr(solver)(jnp.zeros((2, 21, 3)), jnp.ones((2, 21)), jnp.zeros((2, 20))).jaxpr
-    outer, = [j for j in (e.params["jaxpr"].jaxpr for e in traced.eqns if "jaxpr" in e.params)
-              if any(e.primitive.name == "while" for e in j.eqns)]
+    # the public kernel on one batch (start, then LM): LM's loop is the only while loop in it, inside
+    # a function of its own (the solver's custom derivative), with only the loop's setup beside it
+    traced = jax.make_jaxpr(lambda y, w, q0: api.solve_rows(right, y, w, q0, cfg))(
+        jnp.zeros((2, 21, 3)), jnp.ones((2, 21)), jnp.zeros((2, 20))).jaxpr
+    assert not [e for e in traced.eqns if e.primitive.name == "while"]
+    outer, = [j for j in inner(traced) if any(e.primitive.name == "while" for e in j.eqns)]
     loops = [e for e in outer.eqns if e.primitive.name == "while"]
+    assert len(loops) == 1
     body = loops[0].params["body_jaxpr"].jaxpr
     assert len(outer.eqns) < 100 < len(body.eqns), (len(outer.eqns), len(body.eqns))
     # iteration counts: iterations=1 runs one on every frame of a noisy batch, none is counted for the start

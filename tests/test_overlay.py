@@ -153,12 +153,25 @@ def test_render_overlay_frame_draws_landmarks_fit_and_bars():
     np.testing.assert_array_equal(out[fx[:, 1], fx[:, 0]], np.tile(overlay.FIT_COLOR, (21, 1)))
 
     # each bar's filled share of its track is the channel's value
-    x0, y0, x1, y1 = overlay._panel_rect(frame.shape)
+    x0, y0, x1, y1 = overlay.panel_rect(frame.shape)
     row = (y1 - y0) // 9
     for r, v in enumerate(channels, start=1):
         share = _bar_share(out[y0 + row * r + row // 2, x0:x1])
         assert abs(share - (0.0 if np.isnan(v) else v)) < 0.02, (r, v, share)
     assert not np.any(np.all(out == overlay._NO_HAND_COLOR, axis=-1))  # a hand: no label
+
+
+def test_panel_rect_is_the_documented_top_left_panel():
+    """overlay.panel_rect: a margin of 12 px, 360 px wide and rows of 26 px at 720 rows (sizes
+    scale with the height, floored at 0.65 of them; cut at the frame's edges); bad shapes raise."""
+    assert overlay.panel_rect((720, 1280, 3)) == (12, 12, 12 + 360, 12 + 26 * 9)
+    assert overlay.panel_rect((1440, 2560)) == (24, 24, 24 + 720, 24 + 52 * 9)
+    assert overlay.panel_rect((720, 1280), n_channels=2) == (12, 12, 372, 12 + 26 * 5)
+    assert overlay.panel_rect((240, 320)) == (8, 8, 8 + 234, 8 + 17 * 9)  # 0.65 of the sizes
+    assert overlay.panel_rect((100, 100)) == (8, 8, 99, 99)  # cut at the frame's last pixel
+    for shape, n in (((720,), 6), ((0, 640, 3), 6), ((720, 1280), -1)):
+        with pytest.raises(ValueError):
+            overlay.panel_rect(shape, n)
 
 
 def test_render_overlay_frame_without_a_hand():
@@ -202,7 +215,7 @@ def test_render_overlay_of_the_sample(rec, fit, tmp_path, capsys):
     # the centre of every landmark dot shows the landmark colour (up to the codec), where the input
     # frame showed something else; landmarks under the panel are left out
     color = np.asarray(overlay.LANDMARK_COLOR)
-    x0, y0, x1, y1 = overlay._panel_rect(frames[0].shape)
+    x0, y0, x1, y1 = overlay.panel_rect(frames[0].shape)
     checked = 0
     for i, (got, before) in enumerate(zip(frames, inputs)):
         p = np.rint(rec.image[i, :, :2] * [1280, 720]).astype(int)
@@ -233,7 +246,7 @@ def test_render_overlay_no_hand_frame_and_given_channels(rec, fit, tmp_path):
     # the "no hand" label, top centre (the yellow toy at the bottom has a similar colour)
     yellow = [near(f[:70, 200:440], overlay._NO_HAND_COLOR) for f in frames]
     assert yellow[2] > 100 and max(yellow[:2] + yellow[3:]) < 20, yellow
-    x0, y0, x1, y1 = overlay._panel_rect(frames[0].shape)
+    x0, y0, x1, y1 = overlay.panel_rect(frames[0].shape)
     assert all(near(f[y0:y1, x0:x1], overlay._BAR_COLOR) < 20 for f in frames)  # inspire=0: empty
 
 

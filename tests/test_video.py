@@ -253,7 +253,7 @@ def test_truncated_avi_keeps_decodable_frames_and_says_so(cv2, sample_frames, mo
 def no_model_anywhere(tmp_path, monkeypatch):
     monkeypatch.delenv(video.MODEL_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(video, "_packaged_model", lambda: None)
+    monkeypatch.setattr(video, "packaged_model", lambda: None)
     monkeypatch.setattr(video, "_bundled_model", lambda: None)
     for var in ("NO_PROXY", "no_proxy"):  # the local test server must not go through a proxy
         monkeypatch.setenv(var, "127.0.0.1,localhost")
@@ -278,7 +278,7 @@ def test_model_argument_and_environment(model, tmp_path, monkeypatch):
 
 def test_model_from_cache_then_package(model, no_model_anywhere, monkeypatch):
     cached = no_model_anywhere
-    monkeypatch.setattr(video, "_packaged_model", lambda: model)
+    monkeypatch.setattr(video, "packaged_model", lambda: model)
     assert video.resolve_model_path(download=False) == model
     cached.parent.mkdir(parents=True)
     shutil.copyfile(model, cached)
@@ -292,7 +292,7 @@ def test_bundled_model_is_found_offline(tmp_path, monkeypatch):
 
     monkeypatch.delenv(video.MODEL_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(video, "_packaged_model", lambda: None)
+    monkeypatch.setattr(video, "packaged_model", lambda: None)
     got = video.resolve_model_path(download=False)
     assert got == asset_path("models", "hand_landmarker.task")
     assert hashlib.sha256(got.read_bytes()).hexdigest() == (
@@ -300,12 +300,26 @@ def test_bundled_model_is_found_offline(tmp_path, monkeypatch):
     assert (got.parent / "LICENSE-Apache-2.0.txt").read_text().lstrip().startswith("Apache License")
 
 
-def test_packaged_model_found_without_importing_it():
+def test_packaged_model_found_without_importing_it(tmp_path, monkeypatch):
+    """video.packaged_model: the .task file in an installed hand_tracking package, found without
+    running the package's code; None where the package lacks the file or is not installed."""
     import sys
 
-    found = video._packaged_model()
+    found = video.packaged_model()  # this environment's: installed (the test extra) or not
     assert found is None or found.name == "hand_landmarker.task"
     assert "hand_tracking.hands" not in sys.modules  # its modules import cv2 and mediapipe
+
+    # a hand_tracking package first on the path whose code fails if it is run
+    package = tmp_path / "site" / "hand_tracking"
+    package.mkdir(parents=True)
+    for module in ("__init__.py", "hands.py"):
+        (package / module).write_text("raise RuntimeError('hand_tracking was imported')\n")
+    monkeypatch.delitem(sys.modules, "hand_tracking", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert video.packaged_model() is None  # the package, without the model
+    (package / "hand_landmarker.task").write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip
+    assert video.packaged_model() == package / "hand_landmarker.task"
+    assert "hand_tracking" not in sys.modules
 
 
 def test_offline_download_error_says_how_to_supply(no_model_anywhere):

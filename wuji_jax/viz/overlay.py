@@ -10,8 +10,8 @@ frame shows
 * the fitted WG110v12 keypoints (``result.keypoints``) as a thick cyan skeleton, reprojected into
   the image as described below;
 * the six Inspire opening fractions (``inspire``, or ``wj.inspire.to_inspire(result.angles)``) as
-  labelled bars in a panel at the top left (1 = open), and a status line (frame, time, fit
-  residual, projection error) at the bottom left;
+  labelled bars in a panel at the top left (1 = open; its place: :func:`panel_rect`), and a status
+  line (frame, time, fit residual, projection error) at the bottom left;
 * ``no hand`` where the recording holds no landmarks for the frame.
 
 Reprojection. The fitted keypoints live in the frame of ``recording.world`` (MediaPipe world
@@ -39,7 +39,7 @@ import numpy as np
 
 from ..hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
 
-__all__ = ["render_overlay", "render_overlay_frame", "fit_projection", "project_keypoints",
+__all__ = ["render_overlay", "render_overlay_frame", "fit_projection", "project_keypoints", "panel_rect",
            "LANDMARK_COLOR", "FIT_COLOR"]
 
 #: BGR colour of MediaPipe's landmark dots (the centre pixels of each dot have exactly this colour).
@@ -172,8 +172,29 @@ def _unit(h: int) -> float:
     return max(h / 720.0, 0.65)
 
 
-def _panel_rect(shape: Sequence[int], n_channels: int = 6) -> tuple[int, int, int, int]:
-    """``(x0, y0, x1, y1)`` pixels of the channel panel on a frame of ``shape`` ``(H, W, ...)``."""
+def panel_rect(shape: Sequence[int], n_channels: int = 6) -> tuple[int, int, int, int]:
+    """Where :func:`render_overlay_frame` (and so :func:`render_overlay`) draws the channel panel.
+
+    Args:
+        shape: the frame's shape ``(H, W, ...)`` (``frame.shape``), H rows and W columns of pixels.
+        n_channels: how many channel bars the panel holds (6: the Inspire hand's channels).
+
+    Returns:
+        ``(x0, y0, x1, y1)`` in pixels (ints): the panel is ``frame[y0:y1, x0:x1]``, at the top left,
+        inside the frame (``x1 ≤ W − 1``, ``y1 ≤ H − 1``). Its height holds ``n_channels + 3`` rows of
+        ``row = (y1 − y0) // (n_channels + 3)`` pixels: the title, then channel ``r`` (1 … ``n_channels``,
+        in order) in row ``r`` (its bar's track spans pixel rows ``y0 + row·r + row // 4`` to
+        ``y0 + row·(r + 1) − row // 4``, its filled part starts at the track's left end), then the
+        legend. Margins and sizes scale with the frame's height: with ``u = max(H / 720, 0.65)``, a
+        margin of ``round(12·u)`` pixels, a width of ``max(120, round(360·u))`` and rows of
+        ``max(10, round(26·u))``, cut at the frame's edges.
+
+    Raises:
+        ValueError: ``shape`` has fewer than two axes or an empty one, or ``n_channels`` < 0.
+    """
+    if len(shape) < 2 or int(shape[0]) < 1 or int(shape[1]) < 1 or n_channels < 0:
+        raise ValueError(f"panel_rect: shape must be (H, W, ...) with H, W >= 1 and n_channels >= 0; "
+                         f"got shape {tuple(shape)}, n_channels {n_channels}")
     h, w = int(shape[0]), int(shape[1])
     u = _unit(h)
     m, row = round(12 * u), max(10, round(26 * u))
@@ -184,7 +205,7 @@ def _panel(cv2, img, channels: np.ndarray, labels: Sequence[str]) -> None:
     h = img.shape[0]
     u = _unit(h)
     fs, th = 0.5 * u, max(1, round(u))
-    x0, y0, x1, y1 = _panel_rect(img.shape, len(channels))
+    x0, y0, x1, y1 = panel_rect(img.shape, len(channels))
     row = (y1 - y0) // (len(channels) + 3)
     roi = img[y0:y1, x0:x1]
     roi[:] = (roi.astype(np.uint16) * 2 // 5).astype(np.uint8)  # darken to 40 %
