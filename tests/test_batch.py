@@ -5,6 +5,7 @@ the whole module (one fixed kernel shape); the multi-device check runs in a subp
 forced host devices.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -467,36 +468,53 @@ def test_the_program_is_made_while_the_inputs_are_hashed_and_its_errors_reach_th
     assert not (tmp_path / "a.parquet.parts").exists() and not (tmp_path / "a.parquet").exists()
 
 
-def test_a_program_two_runs_ask_for_at_once_is_made_once(world, monkeypatch):
+@dataclasses.dataclass(frozen=True)
+class _CountingTarget:
+    """A robot target (the :class:`wuji_jax.retarget.target.Target` protocol) with the joint map's
+    commands that counts how often a program traces them; its own name, so that its programs are
+    made by the test that uses it, never found made."""
+
+    traces: list = dataclasses.field(default_factory=list, compare=False, hash=False)
+    name = "counting"
+    method = "joint_map"
+    channels = ("a", "b", "c", "d", "e", "f")
+
+    def model(self, side, dtype=np.float32):
+        return None
+
+    def commands(self, hand, angles, model, previous=None, *, left=False):
+        self.traces.append(angles.shape)
+        return wj.inspire.to_inspire_kernel(hand, angles, None)
+
+    def describe(self):
+        return {"command_map": self.method}
+
+    def identity(self):
+        return self.describe()
+
+
+def test_a_program_two_runs_ask_for_at_once_is_made_once(world):
     """Two kernels of one configuration that make their program at the same time (a failed run's
     preload still going when the next run starts) make it once: the second waits for the first and
-    runs its program."""
-    import time
-
+    runs its program (the program's commands traced once)."""
     import jax
 
-    made = []
-    real_make = batch.Kernel._make
+    from wuji_jax.retarget.target import Target
 
-    def slow_make(self, *a):
-        made.append(self)
-        time.sleep(0.5)  # long enough that the other kernel asks while this one makes it
-        return real_make(self, *a)
-
-    monkeypatch.setattr(batch.Kernel, "_make", slow_make)
-    monkeypatch.setattr(kernel, "_PROGRAMS", {})
-    monkeypatch.setattr(kernel, "_MAKING", {})
+    target = _CountingTarget()
+    assert isinstance(target, Target)
     config = wj.SolverConfig(iterations=FAST["iterations"])
-    kernels = [batch.Kernel(config, jax.devices()[:1], FAST["chunk_size"], np.float64, quick=True)
+    kernels = [batch.Kernel(config, jax.devices()[:1], FAST["chunk_size"], np.float64, quick=True, target=target)
                for _ in range(2)]
     for k in kernels:
         k.preload(True)
     for k in kernels:
         k.wait()
-    assert len(made) == 1 and len(kernel._PROGRAMS) == 1
+    assert len(target.traces) == 1, target.traces
     got = [k.collect(k.dispatch("right", world[:5], True), 5) for k in kernels]
     np.testing.assert_array_equal(got[0]["angles"], got[1]["angles"])
     np.testing.assert_allclose(got[0]["angles"], _reference("right", world[:5])["angles"], atol=1e-9)
+    np.testing.assert_allclose(got[0]["commands"], wj.inspire.to_inspire(got[0]["angles"]), atol=1e-9)
 
 
 def test_side_auto_per_file(tmp_path, world):
@@ -524,20 +542,29 @@ _MULTI = textwrap.dedent("""
     jax.config.update("jax_enable_x64", True)
     import numpy as np
     from wuji_jax import batch
-    from wuji_jax.pipeline import kernel
     assert len(jax.local_devices()) == 4, jax.local_devices()
     # the kernel solve_dataset makes below for this job (300 frames, a small job: batches of 64 rows,
     # quick compile options), so that its program, compiled here, is the one the job runs
+    from wuji_jax.retarget.target import choose_target
     k = batch.Kernel(__import__("wuji_jax").SolverConfig(iterations=5), jax.local_devices(), 64, np.float64,
-                      quick=batch.quick_job(300))
+                      quick=batch.quick_job(300), target=choose_target("inspire", "joint_map")[0])
     outs = k.dispatch("right", np.load(sys.argv[1])[:64], True)
     a = outs[0]["angles"]
     assert all(len(v.sharding.device_set) == 4 for v in outs[0].values()), a.sharding
     assert a.sharding.shard_shape(a.shape) == (16, 20), a.sharding  # split over frames, not replicated
+    import logging
+    compiled = []
+    handler = logging.Handler()
+    handler.emit = lambda record: compiled.append(record.getMessage())
+    logging.getLogger("jax").addHandler(handler)
+    jax.config.update("jax_log_compiles", True)  # every thread's (the job makes programs in threads)
     s = batch.solve_dataset(sys.argv[1], sys.argv[2], chunk_size=64, iterations=5, progress=False,
                             plot=False)
+    jax.config.update("jax_log_compiles", False)
     assert len(s["devices"]) == 4, s["devices"]
-    assert len(kernel._PROGRAMS) == 1, list(kernel._PROGRAMS)  # the job ran the program checked above
+    # the job ran the program checked above: no solver program (64 frames of landmarks) compiled again
+    again = [m for m in compiled if m.startswith("Compiling") and "[64,21,3]" in m]
+    assert not again, again
     print("frames", s["frames"])
 """)
 
@@ -727,8 +754,11 @@ def test_command_map_in_summary_and_identity(tmp_path, world, monkeypatch):
     cols = np.stack([np.asarray(got[f"inspire_{m}"]) for m in wi.MOTOR_NAMES], 1)
     np.testing.assert_allclose(cols, np.asarray(wi.retarget(q, urdf)), atol=1e-2)  # float32 LM, another program
 
+    from wuji_jax.retarget.target import choose_target
+
     args = ([src], 64, "right", SolverConfig(), True, True, None, np.float32, jax.devices(), 64, None)
-    joint, retarget = store.run_identity(*args), store.run_identity(*args, {"right": urdf})
+    joint = store.run_identity(*args, choose_target("inspire", "joint_map")[0])
+    retarget = store.run_identity(*args, choose_target("inspire", "retarget", urdf)[0])
     assert joint["command_map"] == "joint_map" and retarget["command_map"] == "retarget"
     assert retarget["inspire_urdf"]["right"]["sha256"] == hashlib.sha256(urdf.read_bytes()).hexdigest()
 

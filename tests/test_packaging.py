@@ -135,6 +135,24 @@ def test_no_module_imports_a_higher_floor():
         "wuji_jax.pipeline.batch (floor 4) imports wuji_jax.cli (floor 5)"]
 
 
+def _robot_imports(imports):
+    """``"a imports b"`` for every import of a module of ``retarget/`` other than the target protocol
+    (``wuji_jax.retarget.target``) by a module of ``pipeline/``."""
+    return sorted(f"{m} imports {t}" for m, edges in imports.items() if m.startswith("wuji_jax.pipeline")
+                  for t, _ in edges
+                  if t.startswith("wuji_jax.retarget") and t != "wuji_jax.retarget.target")
+
+
+def test_the_runners_take_targets_and_import_no_robot_hand():
+    """The pipelines (batch, Ray, live) know a robot hand only through the target protocol
+    (:mod:`wuji_jax.retarget.target`): a new hand is a new module under retarget/, not an edit of the
+    runners."""
+    assert not _robot_imports(_imports()), _robot_imports(_imports())
+    probe = {"wuji_jax.pipeline.live": {("wuji_jax.retarget.inspire", "ctrl_message"),
+                                        ("wuji_jax.retarget.target", "choose_target")}}
+    assert _robot_imports(probe) == ["wuji_jax.pipeline.live imports wuji_jax.retarget.inspire"]
+
+
 def test_the_package_imports_no_old_module_name():
     """The old module names (``wuji_jax.io``, ``wuji_jax.solver``, ...) are for users' scripts; the
     package's own imports name the real modules."""

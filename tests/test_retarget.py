@@ -155,6 +155,34 @@ def test_retarget_on_named_poses():
     assert gaps[0] > 0.05 and _tip_gap(robot, np.asarray(wi.to_inspire(q)))[2] > 0.03  # the joint map misses it
 
 
+@needs_urdf
+def test_the_inspire_target_makes_the_public_commands():
+    """The Inspire hand as the pipelines' target (the protocol of wuji_jax.retarget.target): its
+    commands are wj.inspire's (joint map, retarget), its model an argument, its identity the URDF's
+    bytes."""
+    import hashlib
+
+    from wuji_jax.retarget.target import LiveTarget, Target, choose_target
+
+    hand = wj.load_hand("right")
+    q = np.stack([named_pose(n) for n in ("open", "fist", "pinch", "point")]).astype(np.float32)
+    joint, note = choose_target("inspire", "joint_map")
+    assert isinstance(joint, Target) and isinstance(joint, LiveTarget) and note is None
+    assert joint.model("right") is None and joint.channels == wi.MOTOR_NAMES
+    np.testing.assert_allclose(joint.commands(hand, q, None), wi.to_inspire(q), atol=1e-7)
+    target, note = choose_target("inspire", "auto", URDF, ("right",))
+    assert target.method == "retarget" and note is None
+    model = target.model("right")
+    want = np.asarray(wi.retarget(q, URDF))
+    np.testing.assert_allclose(target.commands(hand, q, model), want, atol=1e-6)
+    assert target.identity()["inspire_urdf"]["right"]["sha256"] == hashlib.sha256(URDF.read_bytes()).hexdigest()
+    assert target.device_units(np.array([0, 0.5, 1, 0.25, 0.75, 1.0])).tolist() == [0, 500, 1000, 250, 750, 1000]
+    with pytest.raises(ValueError, match="unknown robot hand 'shadow'"):
+        choose_target("shadow")
+    with pytest.raises(ValueError, match="no Inspire URDF for a left hand"):
+        target.model("left")
+
+
 @pytest.mark.slow  # two retarget programs on the 621 frames of the bundled sample
 @needs_urdf
 def test_retarget_converges_on_real_frames():

@@ -25,13 +25,15 @@ floor  where           what
                        ``IKResult``, ``FLAG_*`` (``config``, ``start``, ``lm``, ``adjoint``, ``api``);
                        ``sequence`` (``solve_sequence``), ``calibration`` (``calibrate``), ``realtime``
                        (``FrameSolver``: one frame a call, the least overhead), ``filters`` (One-Euro)
-3      retarget/       joint angles → robot-hand commands: ``inspire`` (``wj.inspire.to_inspire``, the
-                       task-space ``retarget``, calibration, ROS-shaped payloads, RH56 units, streams),
-                       ``inspire_hand`` (the Inspire hand read from its URDF at run time), ``task_space``
+3      retarget/       joint angles → robot-hand commands: ``target`` (the ``Target`` protocol the
+                       pipelines take, and the registry of hands), ``inspire`` (``wj.inspire.to_inspire``,
+                       the task-space ``retarget``, calibration, ROS-shaped payloads, RH56 units,
+                       streams), ``inspire_hand`` (the Inspire hand read from its URDF at run time),
+                       ``task_space``, ``inspire_target`` (the Inspire hand as a ``Target``)
 4      pipeline/       a dataset into one resumable table: ``batch`` (``solve_dataset``), ``ray_cluster``
                        (``solve_dataset_ray``: the same table from a Ray cluster; extra ``ray``) and their
                        parts ``kernel``, ``reading``, ``store``, ``table``, ``interrupts``; ``live``
-                       (``Live``: a camera, video or stream → Inspire commands frame by frame) and
+                       (``Live``: a camera, video or stream → robot commands frame by frame) and
                        ``live_outputs`` (JSON lines, ROS 2 bags, UDP; extras ``video``, ``live``)
 4      viz/            pictures: the package itself (figures; extra ``viz``), ``overlay`` (``render_overlay``:
                        the video with the fit, as MP4), ``viewer`` (``write_viewer``: the interactive HTML

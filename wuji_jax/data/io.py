@@ -67,6 +67,7 @@ open with ``pandas.read_parquet`` / ``pandas.read_csv`` as they are) or ``.npz``
 from __future__ import annotations
 
 import csv
+import hashlib
 import glob as _glob
 import json
 import math
@@ -89,6 +90,7 @@ from .limits import (DEGENERATE_EXTENT, EXPANSION_MIN_BYTES, MAX_EXPANSION, MAX_
 from .recording import DATA_EXTENSIONS, IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, LandmarkRecording
 
 __all__ = [
+    "content_hash",
     "LandmarkRecording",
     "load_landmarks",
     "iter_chunks",
@@ -711,3 +713,18 @@ def _regroup(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         elif name not in used:
             out[name] = v
     return out
+
+
+def content_hash(path: Path) -> str:
+    """SHA-256 of a file's bytes (small next to solving the frames it holds).
+
+    Read in 16 MiB blocks: hashing releases the GIL, but every block takes it back, and while
+    another thread holds it (the writers' imports run beside this) each return waits up to the
+    switch interval, so small blocks are slow."""
+    h = hashlib.sha256()
+    buf = bytearray(16 << 20)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()

@@ -95,7 +95,7 @@ import numpy as np
 
 from ..data import io as wio
 from .interrupts import DeferredInterrupt
-from .job import DEFAULT_CHUNK_SIZE, Assembly, JobRun, JobSpec, align, chunks_of
+from .job import DEFAULT_CHUNK_SIZE, Assembly, JobRun, JobSpec, align, chunks_of, job_target
 from .kernel import QUICK_JOB_FRAMES, Kernel, default_batch, quick_job  # noqa: F401 (re-exported)
 from .reading import FileError, Prefetch, read_file, side_of_file
 from .reading import count_frames, most_frames  # noqa: F401 (re-exported: wuji_jax.batch.count_frames, ...)
@@ -114,17 +114,20 @@ def sample_landmarks_path() -> Path:
     return asset_path("samples", SAMPLE_NAME)
 
 
-def output_columns(hand=None, inspire: bool = True) -> list[str]:
-    """The output table's column names, in order (see the module docstring for units)."""
-    from ..retarget.inspire import MOTOR_NAMES
+def output_columns(hand=None, inspire: bool = True, target=None) -> list[str]:
+    """The output table's column names, in order (see the module docstring for units); with ``inspire``
+    the command columns ``<name>_<channel>`` of ``target`` (a :class:`~wuji_jax.retarget.target.Target`;
+    default the Inspire hand's)."""
     from ..hand.model import load_hand
+    from ..retarget.target import choose_target
 
     hand = hand or load_hand("right")
     cols = ["frame", "timestamp", "source", "side", *hand.joint_names, *hand.mimic_names,
             "wrist_qw", "wrist_qx", "wrist_qy", "wrist_qz", "wrist_x", "wrist_y", "wrist_z",
             "scale", "residual_mm", "valid", "converged", "fit_flags"]
     if inspire:
-        cols += [f"inspire_{m}" for m in MOTOR_NAMES]
+        target = target or choose_target("inspire", "joint_map")[0]
+        cols += [f"{target.name}_{c}" for c in target.channels]
     return cols
 
 
@@ -311,10 +314,11 @@ def solve_dataset(
     devices = _local_devices(devices, jax)
     spec = spec.with_inputs()
     batch_size = spec.batch_rows(devices[0].platform, len(devices))
-    retarget, map_note = _inspire_models(inspire, command_map, inspire_urdf, side)
+    target, map_note = job_target(inspire, command_map, inspire_urdf, side)
+    spec = dataclasses.replace(spec, target=target)
     spec.out.parent.mkdir(parents=True, exist_ok=True)
     with OutputLock(spec.out), DeferredInterrupt() as stop:
-        return LocalExecutor(spec, devices, batch_size, retarget, map_note).run(stop, t_start)
+        return LocalExecutor(spec, devices, batch_size, map_note).run(stop, t_start)
 
 
 def _local_devices(devices, jax) -> list:
@@ -333,51 +337,32 @@ def _local_devices(devices, jax) -> list:
     return devices
 
 
-def _inspire_models(inspire: bool, method: str, urdf, side: str) -> tuple[dict | None, str | None]:
-    """``({side: Inspire URDF}, None)`` where the run's Inspire channels come from the retarget, else
-    ``(None, note)`` (``note``: why ``"auto"`` fell back to the joint map, or None)."""
-    from ..retarget.inspire import COMMAND_MAPS, choose_command_map
-
-    if method not in ("auto",) + COMMAND_MAPS:
-        raise ValueError(f"command_map must be 'auto', 'joint_map' or 'retarget'; got {method!r}")
-    if not inspire:
-        return None, None
-    sides = ("right", "left") if side == "auto" else (side,)
-    found = {}
-    for s in sides:
-        chosen, path, note = choose_command_map(method, urdf, s)
-        if chosen != "retarget":
-            return None, note
-        found[s] = path
-    return found, None
-
-
 class LocalExecutor:
-    """The local executor: a :class:`~wuji_jax.pipeline.job.JobSpec` (with its inputs) solved on this
-    process's ``devices`` as one stream of chunks (the module docstring says how), in kernel batches of
-    ``batch_size`` rows (a multiple of the device count), its Inspire channels from ``retarget``'s models
-    (``{side: URDF}``) or, with None, from the joint map (``map_note``: why ``"auto"`` chose it)."""
+    """The local executor: a :class:`~wuji_jax.pipeline.job.JobSpec` (with its inputs and target) solved on
+    this process's ``devices`` as one stream of chunks (the module docstring says how), in kernel batches
+    of ``batch_size`` rows (a multiple of the device count); ``map_note``: why ``"auto"`` chose the
+    target's command map."""
 
-    def __init__(self, spec: JobSpec, devices: Sequence[Any], batch_size: int, retarget: dict | None = None,
-                 map_note: str | None = None):
+    def __init__(self, spec: JobSpec, devices: Sequence[Any], batch_size: int, map_note: str | None = None):
         self.spec, self.devices, self.batch_size = spec, list(devices), int(batch_size)
-        self.retarget, self.map_note = retarget, map_note
+        self.map_note = map_note
 
     def run(self, stop: DeferredInterrupt, t_start: float) -> dict[str, Any]:
         """Solve the job once the caller holds the output's lock (``stop``: Ctrl-C, raised between
         chunks, never while the solver compiles; ``t_start``: when the call began). Returns the
         summary of :func:`solve_dataset`; raises what it documents."""
-        spec, retarget = self.spec, self.retarget
-        out, inspire, total = spec.out, spec.inspire, spec.total
+        spec = self.spec
+        out, commands, total = spec.out, spec.commands is not None, spec.total
         # matplotlib and pyarrow load while the solver compiles and the frames are read, not after
         parquet = out.suffix.lower() in (".parquet", ".pq")
         imports = threading.Thread(target=import_writers, args=(spec.plot, parquet), name="wuji_jax-import")
         kernel = Kernel(spec.config, self.devices, self.batch_size, spec.dtype, quick=spec.quick,
-                        retarget=retarget if inspire else None)
+                        target=spec.commands)
         if total and not (spec.resume and spec.parts_dir.exists()):
             # a fresh run whose inputs' headers promise frames: the program is compiled (or read from the
             # cache) while they are hashed and read
-            kernel.preload(inspire, imports.start if (spec.plot or parquet) else None)
+            kernel.preload(commands, imports.start if (spec.plot or parquet) else None,
+                           "left" if spec.side == "left" else "right")
         elif spec.plot or parquet:
             imports.start()
         try:
@@ -388,10 +373,10 @@ class LocalExecutor:
                 imports.join()
 
     def _solve(self, stop: DeferredInterrupt, t_start: float, kernel: Kernel) -> dict[str, Any]:
-        spec, devices, retarget = self.spec, self.devices, self.retarget
-        chunk_size, inspire, total = spec.chunk_size, spec.inspire, spec.total
-        job = JobRun(spec, spec.identity(devices[0].platform, len(devices), self.batch_size, kernel.options,
-                                         retarget), "files", t_start)
+        spec, devices = self.spec, self.devices
+        chunk_size, commands, total = spec.chunk_size, spec.commands is not None, spec.total
+        job = JobRun(spec, spec.identity(devices[0].platform, len(devices), self.batch_size, kernel.options),
+                     "files", t_start)
         entries: dict[int, dict] = {int(e["index"]): e for e in job.recorded}
         done = set()
         for part in sorted(job.parts_dir.glob("chunk_*.npz")):
@@ -445,7 +430,7 @@ class LocalExecutor:
             if not stats["dispatched"] and kernel.first_use(chunk.side):
                 bar.compiling()
             stats["dispatched"] += 1
-            outs = kernel.dispatch(chunk.side, world, inspire)  # asynchronous: solves while we write the previous one
+            outs = kernel.dispatch(chunk.side, world, commands)  # asynchronous: solves while we write the previous one
             chunk.world = []
             finish_pending()
             pending.append((chunk, outs))
@@ -549,9 +534,7 @@ class LocalExecutor:
         summary = job.finish(
             Assembly([part_path(k) for k in needed], failed, sum(e["frames"] for e in good), len(good),
                      missing=f"chunk_{missing[0]:012d}.npz" if missing else None),
-            [str(d) for d in devices], self.batch_size, command_map=job.identity["command_map"],
-            command_map_note=self.map_note,
-            inspire_urdf=None if not (inspire and retarget) else {k: str(v) for k, v in retarget.items()})
+            [str(d) for d in devices], self.batch_size, **spec.command_fields(self.map_note))
         return summary
 
 

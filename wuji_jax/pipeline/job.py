@@ -30,7 +30,7 @@ from .store import (MANIFEST_VERSION, atomic_json, check_outputs, open_parts, ou
                     run_identity)
 from .table import Assembler, finish_table, plot_angles
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "JobSpec", "JobRun", "Assembly", "identity_digest", "align", "chunks_of",
+__all__ = ["DEFAULT_CHUNK_SIZE", "JobSpec", "job_target", "JobRun", "Assembly", "identity_digest", "align", "chunks_of",
            "blocks_of"]
 
 #: frames per part (the unit of resumption and of memory use) unless the caller says otherwise
@@ -40,6 +40,16 @@ DEFAULT_CHUNK_SIZE = 4096
 # ------------------------------------------------------------------------------------------ the spec
 
 
+def job_target(inspire: bool, method: str, model, side: str) -> tuple[Any, str | None]:
+    """The robot hand whose commands a job's table holds (the Inspire hand, by ``method`` with ``model``
+    its URDF: :func:`wuji_jax.retarget.target.choose_target` for the job's ``side``, both hands for
+    ``"auto"``; ``inspire`` False: ``method`` is only checked), and the note on the choice."""
+    from ..retarget.target import choose_target
+
+    sides = ("right", "left") if side == "auto" else (side,)
+    return choose_target("inspire", method, model, sides if inspire else ())
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """The settings of one dataset job that every executor takes, checked and normalised on creation.
@@ -47,8 +57,9 @@ class JobSpec:
     Fields mean what :func:`wuji_jax.pipeline.batch.solve_dataset`'s arguments of the same names mean.
     ``iterations`` (init only) overrides ``config``'s iteration count; ``config`` defaults to
     :class:`~wuji_jax.ik.SolverConfig` ``()``, ``dtype`` to float64 where ``jax_enable_x64`` is on, else
-    float32. ``files`` and ``counts`` (the expanded inputs and their frame counts as their headers give
-    them, None where unknown) are empty until :meth:`with_inputs`.
+    float32. ``target`` (a :class:`~wuji_jax.retarget.target.Target`) makes the command columns where
+    ``inspire`` is set; without one there are none. ``files`` and ``counts`` (the expanded inputs and
+    their frame counts as their headers give them, None where unknown) are empty until :meth:`with_inputs`.
 
     Raises:
         ValueError: a bad ``side``, ``on_error``, ``fps``, ``chunk_size`` or ``iterations`` (checked in
@@ -72,6 +83,7 @@ class JobSpec:
     keep_parts: bool = False
     max_frames: int | None = wio.MAX_FRAMES
     dtype: Any = None
+    target: Any = None
     files: tuple = ()
     counts: tuple = ()
     iterations: dataclasses.InitVar[int | None] = None
@@ -111,6 +123,26 @@ class JobSpec:
         return dataclasses.replace(self, files=tuple(files), counts=tuple(counts))
 
     @property
+    def commands(self) -> Any:
+        """The target whose commands this job computes (``inspire`` and a ``target``), else None."""
+        return self.target if self.inspire else None
+
+    @property
+    def command_columns(self) -> tuple[str, ...]:
+        """The output table's command columns, ``<target>_<channel>`` (none without :attr:`commands`)."""
+        t = self.commands
+        return () if t is None else tuple(f"{t.name}_{c}" for c in t.channels)
+
+    def command_fields(self, note: str | None = None) -> dict[str, Any]:
+        """The summary's fields on the commands: ``command_map`` and the target's others
+        (:meth:`~wuji_jax.retarget.target.Target.describe`), all None without :attr:`commands`, and
+        ``command_map_note`` (why ``"auto"`` chose the map)."""
+        fields = {} if self.target is None else self.target.describe()
+        if self.commands is None:
+            fields = dict.fromkeys(fields, None)
+        return {"command_map": None, **fields, "command_map_note": note}
+
+    @property
     def total(self) -> int | None:
         """All inputs' frames as their headers give them, or None where one is unknown."""
         return total_frames(list(self.counts))
@@ -139,14 +171,13 @@ class JobSpec:
         """``<out>.parts/``: the finished parts and the manifest while the job runs."""
         return Path(str(self.out) + ".parts")
 
-    def identity(self, platform: str, n_devices: int, batch_size: int, compile_options: dict | None,
-                 retarget: dict | None = None) -> dict:
+    def identity(self, platform: str, n_devices: int, batch_size: int, compile_options: dict | None) -> dict:
         """:func:`~wuji_jax.pipeline.store.run_identity` of this job solved on ``n_devices`` devices of
-        ``platform`` in batches of ``batch_size`` with ``compile_options`` (and ``retarget``'s Inspire
-        models): what a resumed run must share with the interrupted one."""
+        ``platform`` in batches of ``batch_size`` with ``compile_options``: what a resumed run must
+        share with the interrupted one."""
         return run_identity(list(self.files), self.chunk_size, self.side, self.config, self.inspire,
                             self.check_units, self.fps, self.dtype, [_Platform(platform)] * n_devices, batch_size,
-                            compile_options, retarget)
+                            compile_options, self.target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,7 +285,7 @@ class JobRun:
     def stream_table(self) -> None:
         """Write the table while solving (a fresh run whose inputs' frame counts are known): the parts
         go to :attr:`stream` in input order."""
-        self.stream = Assembler(self.spec.out, [str(f) for f in self.spec.files], self.spec.inspire,
+        self.stream = Assembler(self.spec.out, [str(f) for f in self.spec.files], self.spec.command_columns,
                                 self.spec.total)
 
     def drop_stream(self) -> None:
@@ -290,8 +321,7 @@ class JobRun:
         the plot (with ``plot``; a note without matplotlib), ``<stem>_summary.json``; then remove the
         parts folder (unless ``keep_parts``). Returns the summary (see
         :func:`wuji_jax.pipeline.batch.solve_dataset`), whose ``devices`` and ``batch_size`` are the
-        executor's; ``fields`` set ``command_map``, ``command_map_note``, ``inspire_urdf`` (None by
-        default) and add executor-specific keys at the end.
+        executor's; ``fields`` (``command_map_note``, executor-specific keys) are set at the end.
 
         Raises:
             ValueError: nothing was solved (``"nothing solved: <the errors>"``; the parts folder removed).
@@ -307,7 +337,7 @@ class JobRun:
                 raise RuntimeError(f"{self.parts_dir}: part {assembly.missing} is missing; run again")
             self._check_manifest()
             assembled = finish_table(self.stream, assembly.complete, spec.out, list(assembly.parts),
-                                     set(assembly.failed), list(spec.files), spec.inspire, assembly.rows,
+                                     set(assembly.failed), list(spec.files), spec.command_columns, assembly.rows,
                                      self.digest)
         except BaseException:
             self.drop_stream()
@@ -335,7 +365,7 @@ class JobRun:
             "iterations": int(spec.config.iterations), "output": str(out),
             "plot": None if plot_path is None else str(plot_path),
             "summary": str(out.with_name(out.stem + "_summary.json")),
-            "command_map": None, "command_map_note": None, "inspire_urdf": None,
+            **spec.command_fields(),
         }
         summary.update(fields)
         atomic_json(Path(summary["summary"]), summary)

@@ -44,55 +44,31 @@ def default_batch(chunk_size: int, platform: str, devices: int, frames: int | No
 _USED: set = set()  # kernels run in this process (see Kernel.first_use)
 
 
-def _solve_with_inspire(hand, landmarks, weights, q0, config, chunk: int | None = None) -> dict:
-    """:func:`wuji_jax.solver.solve_chunked` and the Inspire commands of its angles, in one program:
-    a second call, on the solver's outputs split over several devices, waited for the solver before
-    it returned, where one device's call returns at once."""
+def _with_commands(target, left: bool, has_model: bool, stage: bool = False):
+    """The solver and ``target``'s commands of its angles (output ``"commands"``), in one function:
+    :func:`wuji_jax.ik.solve_chunked`, or with ``stage`` :func:`wuji_jax.ik.api.fit_chunked` (the second
+    stage of :func:`wuji_jax.ik.api.staged_program`). With ``has_model`` the target's model is the last
+    positional argument (an argument, not a constant of the program); ``left`` is static. The function
+    is named for the target and method (and side, with a model): the name names its program in the
+    cache."""
     from ..ik import solve_chunked
-
-    return _with_inspire(hand, solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk))
-
-
-def _fit_with_inspire(hand, landmarks, weights, q0, config, start, chunk: int | None = None) -> dict:
-    """:func:`_solve_with_inspire`'s second stage (:func:`wuji_jax.solver.api.staged_program`)."""
     from ..ik.api import fit_chunked
 
-    return _with_inspire(hand, fit_chunked(hand, landmarks, weights, q0, config, start, chunk=chunk))
+    solver = fit_chunked if stage else solve_chunked
+
+    def run(hand, *args, chunk: int | None = None):
+        model = args[-1] if has_model else None
+        out = solver(hand, *(args[:-1] if has_model else args), chunk=chunk)
+        return {**out, "commands": target.commands(hand, out["angles"], model, left=left)}
+
+    side = ("_left" if left else "_right") if has_model else ""
+    run.__name__ = run.__qualname__ = f"{'fit' if stage else 'solve'}_{target.name}_{target.method}{side}"
+    return run
 
 
-def _with_inspire(hand, out: dict) -> dict:
-    """The solver's outputs with the Inspire commands of their angles."""
-    from ..retarget.inspire import to_inspire_kernel
-
-    return {**out, "inspire": to_inspire_kernel(hand, out["angles"], None)}
-
-
-def _solve_with_retarget(hand, landmarks, weights, q0, config, robot, chunk: int | None = None,
-                         left: bool = False) -> dict:
-    """:func:`wuji_jax.solver.solve_chunked` and the task-space Inspire commands of its angles
-    (:func:`wuji_jax.inspire.retarget_kernel`, default settings) in one program; ``robot`` the
-    :class:`~wuji_jax.inspire.InspireHand`, an argument (its values are not constants of the program);
-    ``left`` mirrors a left hand's keypoints for the robot (static: the kernel's hand has no side)."""
-    from ..retarget.inspire import RetargetConfig, retarget_kernel
-    from ..ik import solve_chunked
-
-    out = solve_chunked(hand, landmarks, weights, q0, config, chunk=chunk)
-    return {**out, "inspire": retarget_kernel(hand, robot, out["angles"], None, None, RetargetConfig(), left=left)}
-
-
-def _solve_right_retarget(hand, landmarks, weights, q0, config, robot, chunk: int | None = None) -> dict:
-    """:func:`_solve_with_retarget` for a right hand (a function of its own: it names its program)."""
-    return _solve_with_retarget(hand, landmarks, weights, q0, config, robot, chunk, False)
-
-
-def _solve_left_retarget(hand, landmarks, weights, q0, config, robot, chunk: int | None = None) -> dict:
-    """:func:`_solve_with_retarget` for a left hand."""
-    return _solve_with_retarget(hand, landmarks, weights, q0, config, robot, chunk, True)
-
-
-def _split_with_robot(mesh, kernel):
-    """``kernel(hand, landmarks, weights, q0, config, robot, chunk=)`` with every device solving its own
-    rows, as :func:`wuji_jax.solver.split_kernel`, the robot replicated like the hand."""
+def _split_with_model(mesh, kernel):
+    """``kernel(hand, landmarks, weights, q0, config, model, chunk=)`` with every device solving its own
+    rows, as :func:`wuji_jax.solver.split_kernel`, the robot's model replicated like the hand."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -124,12 +100,12 @@ _MAKING_LOCK = threading.Lock()
 class Kernel:
     """The jitted solver on fixed ``(batch, 21, 3)`` shapes, inputs sharded over ``devices``.
 
-    ``retarget``: ``{side: Inspire URDF path}``: the Inspire commands (``inspire=True``) by the task-space
-    retarget with the model read from that file, an argument of the program; None: by the joint map
-    (``to_inspire``)."""
+    ``target``: the robot hand (:class:`~wuji_jax.retarget.target.Target`) whose commands a call with
+    ``commands=True`` computes in the same program; its model of a side (where it has one) is an
+    argument of the program."""
 
     def __init__(self, config, devices, batch_size: int, dtype, quick: bool = False,
-                 retarget: dict | None = None):
+                 target=None):
         import jax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -150,8 +126,8 @@ class Kernel:
             self.same = NamedSharding(mesh, PartitionSpec())
         self.cfg = self.put(config.as_arrays(self.dtype), self.same)
         self.ones = self.put(np.ones((batch_size, 21), self.dtype), self.rows)
-        self.retarget = dict(retarget) if retarget else None
-        self._robots: dict[str, Any] = {}
+        self.target = target
+        self._models: dict[str, Any] = {}
         self._hands: dict[str, tuple] = {}
         self._loading: tuple | None = None  # the thread making the program (preload) and its errors
 
@@ -159,7 +135,7 @@ class Kernel:
         """What the compiled program depends on besides the hand's values: rows, dtype, devices, the
         config's static fields and the compile options."""
         return (self.batch, self.dtype.name, tuple(self.devices), self.config.static(), repr(self.options),
-                None if self.retarget is None else tuple(sorted((k, str(v)) for k, v in self.retarget.items())))
+                self.target)
 
     def first_use(self, side: str) -> bool:
         """Whether this process has not run the kernel for ``side`` at this shape yet (then the call
@@ -188,54 +164,55 @@ class Kernel:
                                  self.put(np.ascontiguousarray(q0), self.rows))
         return self._hands[side]
 
-    def robot(self, side: str):
-        """The Inspire hand of ``side``'s URDF (``self.retarget``), placed as the hand is."""
-        if side not in self._robots:
-            from ..retarget.inspire import load_inspire_hand
+    def model(self, side: str):
+        """The target's model of ``side`` (None where it has none), placed as the hand is."""
+        if side not in self._models:
+            model = self.target.model(side, self.dtype)
+            self._models[side] = None if model is None else self.put(model, self.same)
+        return self._models[side]
 
-            robot = load_inspire_hand(self.retarget[side], side).astype(self.dtype)
-            self._robots[side] = self.put(robot, self.same)
-        return self._robots[side]
+    def _has_model(self, commands: bool, side: str) -> bool:
+        return commands and self.model(side) is not None
 
-    def _args(self, side: str, hand, xs, q0, inspire: bool) -> tuple:
+    def _args(self, side: str, hand, xs, q0, commands: bool) -> tuple:
         args = (hand, xs, self.ones, q0, self.cfg)
-        return args + (self.robot(side),) if inspire and self.retarget else args
+        return args + (self.model(side),) if self._has_model(commands, side) else args
 
-    def kernel(self, inspire: bool, side: str = "right"):
+    def kernel(self, commands: bool, side: str = "right"):
         """The solver as :func:`wuji_jax.solve` runs it: on one device :func:`~wuji_jax.solver.solve_chunked`
         (chunks of ``CHUNK_FRAMES`` frames, each chunk's loop stopping on its own), on several the same
         per device (``shard_map``: every device solves its own rows, no communication). A frame's
         result does not depend on the frames solved beside it. (``jit`` of the plain rows over sharded
-        inputs runs one loop over all devices' rows, waiting for the slowest frame of the batch.) With ``inspire`` the Inspire
-        commands are computed in the same program (:func:`_solve_with_inspire`; with :attr:`retarget`,
-        :func:`_solve_with_retarget` of ``side``, the robot the sixth argument)."""
+        inputs runs one loop over all devices' rows, waiting for the slowest frame of the batch.) With ``commands`` the
+        target's commands are computed in the same program (:func:`_with_commands`; the model of ``side``,
+        where the target has one, the sixth argument)."""
         from ..ik import solve_chunked, split_kernel
 
-        if inspire and self.retarget:
-            fn = _solve_left_retarget if side == "left" else _solve_right_retarget
-            return fn if self.rows is None else _split_with_robot(self.rows.mesh, fn)
-        fn = _solve_with_inspire if inspire else solve_chunked
+        if self._has_model(commands, side):
+            fn = _with_commands(self.target, side == "left", True)
+            return fn if self.rows is None else _split_with_model(self.rows.mesh, fn)
+        fn = _with_commands(self.target, False, False) if commands else solve_chunked
         if self.rows is None:
             return fn
         return split_kernel(self.rows.mesh, kernel=fn)
 
-    def staged(self, inspire: bool, name: str, args: tuple):
+    def staged(self, commands: bool, name: str, args: tuple):
         """A quick job's solver (``self.options``): :meth:`kernel`'s program as its two stages, compiled
         side by side (:func:`wuji_jax.solver.api.staged_program`)."""
         from ..ik.api import fit_chunked, split_kernel, staged_program, start_cold
 
-        first, second = start_cold, (_fit_with_inspire if inspire else fit_chunked)
+        first, second = start_cold, (_with_commands(self.target, False, False, stage=True) if commands else fit_chunked)
         if self.rows is not None:  # every device its own rows, as kernel()
             mesh = self.rows.mesh
             first, second = split_kernel(mesh, kernel=first), split_kernel(mesh, kernel=second, extra=1)
         return staged_program(first, second, name, args, self.options, self.rows)
 
-    def program(self, inspire: bool, args: tuple, lowered_hook=None, side: str = "right"):
+    def program(self, commands: bool, args: tuple, lowered_hook=None, side: str = "right"):
         """The compiled solver for arguments shaped like ``args`` (the batch's shapes never change: made
         once per process and configuration), compiled or read from the persistent compilation cache.
         ``lowered_hook`` is called once its Python part (tracing, lowering) is done. ``side`` matters only
-        to the retarget (a left hand's keypoints are mirrored)."""
-        key = (inspire, side if inspire and self.retarget else None) + self._shape_key()
+        to a target with a model (its model is per side)."""
+        key = (commands, side if self._has_model(commands, side) else None) + self._shape_key()
         program = _PROGRAMS.get(key)
         if program is None:
             with _MAKING_LOCK:
@@ -243,50 +220,50 @@ class Kernel:
             with making:  # made once per process, however many runs ask for it at the same time
                 program = _PROGRAMS.get(key)
                 if program is None:
-                    program = _PROGRAMS[key] = self._make(inspire, args, lowered_hook, side)
+                    program = _PROGRAMS[key] = self._make(commands, args, lowered_hook, side)
                     return program
         if lowered_hook is not None:
             lowered_hook()
         return program
 
-    def _make(self, inspire: bool, args: tuple, lowered_hook, side: str = "right"):
-        """:meth:`program`'s compilation (or reading from the cache), done once per key. The retarget's
-        program is one program (with the quick options on a small job), not the solver's two stages:
-        their arguments have no place for the robot."""
-        if inspire and self.retarget:
-            name = f"solve_retarget_{side}"
-            lowered = cached_program(self.kernel(inspire, side), name, *args,
+    def _make(self, commands: bool, args: tuple, lowered_hook, side: str = "right"):
+        """:meth:`program`'s compilation (or reading from the cache), done once per key. A target with a
+        model makes one program (with the quick options on a small job), not the solver's two stages:
+        their arguments have no place for the model."""
+        if self._has_model(commands, side):
+            name = _with_commands(self.target, side == "left", True).__name__
+            lowered = cached_program(self.kernel(commands, side), name, *args,
                                      compiler_options=self.options).lower(*args)
             if lowered_hook is not None:
                 lowered_hook()
             return lowered.compile()
-        name = "solve_inspire" if inspire else "solve_chunked"
+        name = _with_commands(self.target, False, False).__name__ if commands else "solve_chunked"
         if self.options:  # a quick job: its two stages, each lowered and compiled in threads of their own
             if lowered_hook is not None:
                 lowered_hook()
-            return self.staged(inspire, name, args)
-        lowered = cached_program(self.kernel(inspire), name, *args).lower(*args)
+            return self.staged(commands, name, args)
+        lowered = cached_program(self.kernel(commands), name, *args).lower(*args)
         if lowered_hook is not None:
             lowered_hook()
         return lowered.compile()
 
-    def preload(self, inspire: bool, lowered_hook=None) -> None:
+    def preload(self, commands: bool, lowered_hook=None, side: str = "right") -> None:
         """Start making :meth:`program` in a thread of its own, so that its compilation, or its
         reading from the compilation cache, overlaps the inputs' hashing and first reads; :meth:`dispatch`
         waits for it. ``lowered_hook`` is called in that thread once the program is lowered: the
-        writers' imports start then, so that their Python does not hold up the lowering's. The program is the same for both hands (their models
-        differ in array values only), so the right hand's shapes stand for either."""
+        writers' imports start then, so that their Python does not hold up the lowering's. The solver's
+        program is the same for both hands (their models differ in array values only); a target's with a
+        model is ``side``'s (the first side the job solves)."""
         if self._loading is not None:
             return
-        side = "right" if not self.retarget or "right" in self.retarget else next(iter(self.retarget))
         _, hand, q0 = self.hand(side)
         xs = self.put(np.zeros((self.batch, 21, 3), self.dtype), self.rows)
-        args = self._args(side, hand, xs, q0, inspire)
+        args = self._args(side, hand, xs, q0, commands)
         errors: list = []
 
         def make():
             try:
-                self.program(inspire, args, lowered_hook, side)
+                self.program(commands, args, lowered_hook, side)
             except BaseException as e:  # raised by dispatch, in the caller's thread
                 errors.append(e)
 
@@ -311,12 +288,13 @@ class Kernel:
             (thread, _), self._loading = self._loading, None
             thread.join()
 
-    def dispatch(self, side: str, world: np.ndarray, inspire: bool) -> list:
-        """Start solving ``world (n, 21, 3)``; returns the outputs, still being computed.
+    def dispatch(self, side: str, world: np.ndarray, commands: bool) -> list:
+        """Start solving ``world (n, 21, 3)`` (with ``commands``: and the target's commands); returns the
+        outputs, still being computed.
 
-        Everything here is queued on the devices without waiting (``to_inspire``'s kernel included:
-        its public wrapper would wait to check the angles), so the caller writes the previous chunk
-        while this one is solved.
+        Everything here is queued on the devices without waiting (the commands' kernel included: a
+        public wrapper would wait to check the angles), so the caller writes the previous chunk while
+        this one is solved.
         """
         self.wait()
         plain, hand, q0 = self.hand(side)
@@ -328,8 +306,8 @@ class Kernel:
         outs = []
         for s in range(0, padded, self.batch):
             xs = self.put(x[s:s + self.batch], self.rows)
-            args = self._args(side, hand, xs, q0, inspire)
-            outs.append(self.program(inspire, args, side=side)(*args))
+            args = self._args(side, hand, xs, q0, commands)
+            outs.append(self.program(commands, args, side=side)(*args))
         return outs
 
     def collect(self, outs: list, n: int) -> dict[str, np.ndarray]:
@@ -339,13 +317,13 @@ class Kernel:
 
     def _collect(self, outs: list, n: int) -> dict[str, np.ndarray]:
         keys = ("angles", "coupled", "rotation", "translation", "scale", "residual", "valid",
-                "converged", "flags") + (("inspire",) if "inspire" in outs[0] else ())
+                "converged", "flags") + (("commands",) if "commands" in outs[0] else ())
         got = {k: np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in keys}
         res = {"angles": got["angles"], "coupled": got["coupled"],
                "quaternion": matrix_to_quaternion(got["rotation"]).astype(got["angles"].dtype),
                "translation": got["translation"], "scale": got["scale"],
                "residual_mm": got["residual"] * 1000.0, "valid": got["valid"],
                "converged": got["converged"], "flags": got["flags"].astype(np.int32)}
-        if "inspire" in got:
-            res["inspire"] = got["inspire"].astype(got["angles"].dtype)
+        if "commands" in got:
+            res["commands"] = got["commands"].astype(got["angles"].dtype)
         return res

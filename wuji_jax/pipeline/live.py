@@ -49,7 +49,6 @@ first frame was taken, unless given.
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import hashlib
 import math
@@ -60,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Frame", "LiveCommand", "LiveStats", "JointMap", "RetargetMap", "Live", "command_map", "compile_programs",
+__all__ = ["Frame", "LiveCommand", "LiveStats", "CommandMap", "Live", "command_map", "compile_programs",
            "flag_bits",
            "open_capture", "STAGES", "ON_LOST"]
 
@@ -70,6 +69,7 @@ STAGES = ("capture", "queue", "mediapipe", "solve", "command", "publish", "compu
 _MIRROR = np.asarray([-1.0, 1.0, 1.0], np.float32)  # x -> -x: a left hand's landmarks as a right hand's
 #: What a frame without a hand sends: the last command again, nothing, or an opening hand.
 ON_LOST = ("hold", "skip", "open")
+_STAMP_LIMIT = 2**31 - 1  # ROS 2 stamps: int32 seconds
 
 
 def flag_bits(names: str | Iterable[str] | int | None) -> int:
@@ -297,74 +297,70 @@ class _Reader:
 # ------------------------------------------------------------------------------------------------
 
 
-def _open_angles(hand) -> np.ndarray:
-    """``(20,)`` float32: the open hand of :func:`wuji_jax.inspire.default_calibration` (every joint at zero
-    but the relaxed thumb's, at their lower limits): every channel's command is 1."""
-    from ..retarget.inspire import RELAXED_THUMB_JOINTS
-
-    lower = np.asarray(hand.lower, np.float32)
-    return np.asarray([lo if n in RELAXED_THUMB_JOINTS else 0.0 for n, lo in zip(hand.joint_names, lower)],
-                      np.float32)
+def _rest_angles(hand) -> np.ndarray:
+    """``(20,)`` float32 angles within the limits (zero, clipped) that a lost hand's step maps: its
+    command is the target's rest command whatever they map to."""
+    return np.clip(0.0, np.asarray(hand.lower, np.float32), np.asarray(hand.upper, np.float32))
 
 
-class _CommandMap(abc.ABC):
-    """A command map of a live stream: six opening fractions from one frame's angles, smoothed and
-    rate-limited as :class:`~wuji_jax.inspire.InspireStream` does, in one compiled program per frame (the
-    model and settings are its constants: one call of a few arrays). With :meth:`compile`'s ``solver`` the
-    frame's fit runs in the same program (:meth:`fit`): one call a frame from landmarks to command.
+class CommandMap:
+    """A live stream's command map: a robot ``target``'s commands (:class:`~wuji_jax.retarget.target.Target`)
+    from one frame's angles, smoothed and rate-limited as :class:`~wuji_jax.inspire.InspireStream` does,
+    in one compiled program per frame (the human model, the target's model and the settings are its
+    constants: one call of a few arrays). With :meth:`compile`'s ``solver`` the frame's fit runs in the
+    same program (:meth:`fit`): one call a frame from landmarks to command.
 
-    The filter of :class:`~wuji_jax.inspire.InspireStream`'s ``push`` is written here again for commands:
-    exponential (``tau``) or one-euro (:func:`wuji_jax.filters.one_euro_step`) smoothing, then no channel
-    moving faster than :func:`wuji_jax.inspire.max_rate` allows.
+    The filter: exponential (``tau``) or one-euro (:func:`wuji_jax.filters.one_euro_step`) smoothing,
+    then no channel moving faster than the target's ``max_rate(speed_ratio)`` allows. The target's
+    ``commands`` get the last raw command as ``previous`` (a warm start; NaN on the first frame).
 
     Args:
-        side: ``"left"`` or ``"right"``: the human model and the topic.
+        side: ``"left"`` or ``"right"``: the human model, the target's model and the topic.
+        target: the robot hand and its method.
         speed_ratio, smoothing, tau, min_cutoff, beta, d_cutoff, names, frame_id: as
-            :class:`~wuji_jax.inspire.InspireStream`.
+            :class:`~wuji_jax.inspire.InspireStream` (checked by the target's ``check_stream``).
+
+    Attributes:
+        name: the target's method (the live summary's ``command_map``).
+        command: ``(C,)`` the last command sent; ``raw``: the same before smoothing and the rate limit.
     """
 
-    name = ""
-
-    def __init__(self, side: str, *, speed_ratio=1.0, smoothing: str | None = None, tau: float = 0.05,
+    def __init__(self, side: str, target, *, speed_ratio=1.0, smoothing: str | None = None, tau: float = 0.05,
                  min_cutoff: float = 1.0, beta: float = 0.5, names: Sequence[str] | None = None,
                  frame_id: str = "", d_cutoff: float = 1.0):
-        from ..retarget.inspire import InspireStream
         from ..hand.model import load_hand
 
-        InspireStream(side, speed_ratio=speed_ratio, smoothing=smoothing, tau=tau, min_cutoff=min_cutoff, beta=beta,
-                      d_cutoff=d_cutoff, names=names)  # the same checks of the same settings
-        self.side, self.names, self.frame_id = side, names, frame_id
+        target.check_stream(speed_ratio, smoothing, tau, min_cutoff, beta, d_cutoff, names)
+        self.side, self.target, self.names, self.frame_id = side, target, names, frame_id
+        self.name = target.method
         self.hand = load_hand(side)
-        self._settings = (tuple(np.broadcast_to(np.asarray(speed_ratio, np.float64), (6,))), smoothing,
+        self.model = target.model(side)
+        self.channels = len(target.channels)
+        self._settings = (tuple(np.broadcast_to(np.asarray(target.max_rate(speed_ratio), np.float64),
+                                                (self.channels,))), smoothing,
                           float(tau), float(min_cutoff), float(beta), float(d_cutoff))
         self._program = None
         self._fused = None  # (solver, program): the fit and the command in one program
-        self._open = _open_angles(self.hand)
-        self._state: tuple | None = None  # (raw, y, dy, out) float32 (6,) each
+        self._rest_q = _rest_angles(self.hand)
+        self._state: tuple | None = None  # (raw, y, dy, out) float32 (C,) each
         self._t: float | None = None
-        self.command: np.ndarray | None = None  #: the last command sent, (6,) opening fractions
-        self.raw: np.ndarray | None = None  #: the last command before smoothing and the rate limit
-
-    @abc.abstractmethod
-    def _openings(self, q, previous, first):
-        """The map itself: ``(20,)`` angles (and the previous raw command) → ``(6,)`` openings."""
-
-    def _constants(self) -> tuple:
-        """The pytrees compiled into the program besides the settings (they name it in the cache)."""
-        return (self.hand,)
+        self.command: np.ndarray | None = None
+        self.raw: np.ndarray | None = None
 
     def _step(self):
         import jax.numpy as jnp
 
         from ..ik.filters import one_euro_step
-        from ..retarget.inspire import max_rate
 
-        speed, smoothing, tau, min_cutoff, beta, d_cutoff = self._settings
-        rate = np.asarray(max_rate(np.asarray(speed)), np.float32)
+        rate, smoothing, tau, min_cutoff, beta, d_cutoff = self._settings
+        rate = np.asarray(rate, np.float32)
+        rest = np.asarray(self.target.rest(), np.float32)
+        hand, model, target, left = self.hand, self.model, self.target, self.side == "left"
 
-        def step(q, raw, y, dy, out, dt, first, to_open):  # (20,), (6,) x4, (), (), () -> (24,)
-            x = self._openings(q, raw, first)
-            x = jnp.where(to_open, jnp.ones_like(x), x)
+        def step(q, raw, y, dy, out, dt, first, to_open):  # (20,), (C,) x4, (), (), () -> (4C,)
+            previous = jnp.where(first, jnp.full_like(raw, jnp.nan), raw)
+            x = target.commands(hand, q, model, previous, left=left)
+            x = jnp.where(to_open, rest, x)
             dt = jnp.maximum(dt, 0.0)
             if smoothing == "exponential":
                 y1, dy1 = y + -jnp.expm1(-dt / tau) * (x - y), dy
@@ -383,14 +379,15 @@ class _CommandMap(abc.ABC):
         import jax
 
         on = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # one frame: the host CPU, as FrameSolver
+        c = (self.channels,)
         return [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in
-                [((20,), np.float32)] + [((6,), np.float32)] * 4 + [((), np.float32), ((), bool), ((), bool)]]
+                [((20,), np.float32)] + [(c, np.float32)] * 4 + [((), np.float32), ((), bool), ((), bool)]]
 
     def _digest(self) -> str:
         import jax
 
-        constants = self._constants()
-        digest = hashlib.sha256(repr((self.name, self._settings, self.hand.side,
+        constants = (self.hand, self.model)
+        digest = hashlib.sha256(repr((self.target.name, self.name, self._settings, self.hand.side,
                                       str(jax.tree_util.tree_structure(constants)))).encode())
         for leaf in jax.tree_util.tree_leaves(constants):
             digest.update(np.ascontiguousarray(leaf).tobytes())
@@ -409,8 +406,9 @@ class _CommandMap(abc.ABC):
         from ..runtime.programs import compile_options
 
         step, specs, digest = self._step(), self._specs(), self._digest()
+        tag = f"{self.target.name}_{self.name}_{digest}"
         if push:
-            self._program = cached_program(step, f"live_{self.name}_{digest}", *specs,
+            self._program = cached_program(step, f"live_{tag}", *specs,
                                            compiler_options=compile_options(1, "cpu")).lower(*specs).compile()
         if fuse:
             import jax.numpy as jnp
@@ -422,7 +420,7 @@ class _CommandMap(abc.ABC):
                 return jnp.concatenate([flat, step(flat[at].astype(jnp.float32), *state)])
 
             all_specs = solver.input_specs(q0=True) + specs[1:]
-            program = cached_program(fused, f"live_fit_{self.name}_{solver.digest()}_{digest}", *all_specs,
+            program = cached_program(fused, f"live_fit_{solver.digest()}_{tag}", *all_specs,
                                      compiler_options=compile_options(1, "cpu"))
             self._fused = (solver, program.lower(*all_specs).compile())
 
@@ -430,19 +428,22 @@ class _CommandMap(abc.ABC):
         first = self._state is None
         if not first and stamp < self._t:
             raise ValueError(f"timestamps must not go backwards: {stamp} after {self._t}")
-        zeros = np.zeros(6, np.float32)
+        zeros = np.zeros(self.channels, np.float32)
         raw, y, dy, out = (zeros,) * 4 if first else self._state
         dt = np.float32(0.0 if first else stamp - self._t)
         return raw, y, dy, out, dt, np.bool_(first), np.bool_(to_open)
 
     def _send(self, flat: np.ndarray, stamp: float) -> dict[str, Any]:
-        from ..retarget.inspire import ctrl_message
-
-        self._state = (flat[:6], flat[6:12], flat[12:18], flat[18:])
+        c = self.channels
+        self._state = (flat[:c], flat[c:2 * c], flat[2 * c:3 * c], flat[3 * c:])
         self._t = stamp
-        self.command = flat[18:].astype(np.float64)
-        self.raw = flat[:6].astype(np.float64)  # before smoothing and the rate limit
-        return ctrl_message(self.command, self.side, stamp, self.frame_id, names=self.names)
+        self.command = flat[3 * c:].astype(np.float64)
+        self.raw = flat[:c].astype(np.float64)  # before smoothing and the rate limit
+        return self.message(stamp)
+
+    def message(self, stamp: float) -> dict[str, Any]:
+        """The message of the last command sent (:attr:`command`), stamped ``stamp``."""
+        return self.target.message(self.command, self.side, stamp, self.frame_id, names=self.names)
 
     def _push(self, q: np.ndarray, stamp: float, to_open: bool) -> dict[str, Any]:
         self.compile()
@@ -450,101 +451,51 @@ class _CommandMap(abc.ABC):
         return self._send(flat, stamp)
 
     def push(self, result, stamp: float) -> dict[str, Any]:
-        """The ctrl message of one fitted frame (``result``: an :class:`~wuji_jax.IKResult` of one frame,
+        """The message of one fitted frame (``result``: an :class:`~wuji_jax.IKResult` of one frame,
         numpy fields), stamped ``stamp`` seconds (not before the previous push)."""
         return self._push(result.angles, stamp, False)
 
     def fit(self, solver, landmarks: np.ndarray, q0: np.ndarray, stamp: float, check_units: bool = False):
         """Fit one frame and map it in one compiled call: ``(IKResult, send)``, ``send()`` giving the
-        ctrl message (call it only for a frame whose command is sent: until then the map's state is
+        message (call it only for a frame whose command is sent: until then the map's state is
         unchanged). ``landmarks (21, 3)`` float32 metres, ``q0 (20,)`` the warm start. Raises the
         solver's ``ValueError`` for an input it refuses."""
         self.compile(solver)
         inputs = self._inputs(stamp, False)
         flat = np.asarray(self._fused[1](landmarks, q0, *inputs))
-        n = flat.shape[0] - 24
+        n = flat.shape[0] - 4 * self.channels
         res = solver.result(flat[:n], landmarks, None, q0, check_units)
         return res, lambda: self._send(flat[n:], stamp)
 
     def open(self, stamp: float) -> dict[str, Any]:
-        """The ctrl message that moves the hand towards fully open, at the rate limit (the raw output of
-        the last fitted frame kept)."""
+        """The message that moves the hand towards the target's rest command at the rate limit (the raw
+        output of the last fitted frame kept)."""
         if self._state is None:
-            return self._push(self._open, stamp, True)
+            return self._push(self._rest_q, stamp, True)
         raw = self._state[0]
-        msg = self._push(self._open, stamp, True)
+        msg = self._push(self._rest_q, stamp, True)
         self._state = (raw,) + self._state[1:]
         return msg
 
 
-class JointMap(_CommandMap):
-    """The joint map: :func:`wuji_jax.inspire.to_inspire` of the fitted angles, smoothed and rate-limited
-    as :class:`wuji_jax.inspire.InspireStream` does (see :class:`_CommandMap`)."""
+def command_map(side: str, method: str = "auto", robot: str = "inspire", **stream):
+    """The command map of a live stream (:class:`CommandMap`) for the robot hand ``robot``
+    (:data:`wuji_jax.retarget.target.TARGETS`), and a one-line note on the choice (None when there is
+    nothing to say).
 
-    name = "joint_map"
-
-    def _openings(self, q, previous, first):
-        from ..retarget.inspire import to_inspire_kernel
-
-        return to_inspire_kernel(self.hand, q, None)
-
-
-class RetargetMap(_CommandMap):
-    """The task-space retarget: :func:`wuji_jax.inspire.retarget` of the fitted angles, warm-started from
-    the last frame's openings, then smoothed and rate-limited (see :class:`_CommandMap`).
-
-    Args:
-        robot: the Inspire hand (:class:`wuji_jax.inspire.InspireHand`, a URDF path, or None for the copy
-            in ``dexi-rs``); the others as :class:`_CommandMap`.
+    ``method``: ``"joint_map"``, ``"retarget"`` (a ``ValueError`` naming what is missing where no robot
+    model is found), or ``"auto"``: the retarget where a model is found, else the joint map.
+    ``stream``: the settings of :class:`CommandMap` (``speed_ratio``, ``smoothing``, ``tau``, ...).
     """
+    from ..retarget.target import choose_target
 
-    name = "retarget"
-
-    def __init__(self, side: str, robot=None, **stream):
-        from ..retarget.inspire import load_inspire_hand
-
-        super().__init__(side, **stream)
-        self.robot = robot if robot is not None and not isinstance(robot, (str, os.PathLike)) else \
-            load_inspire_hand(robot, side)
-
-    def _constants(self) -> tuple:
-        from ..retarget.inspire import RetargetConfig
-
-        return (self.hand, self.robot, RetargetConfig())
-
-    def _openings(self, q, previous, first):
-        import jax.numpy as jnp
-
-        from ..retarget.inspire import RetargetConfig, retarget_kernel, to_inspire_kernel
-
-        q0 = jnp.where(first, to_inspire_kernel(self.hand, q, None), previous)
-        return retarget_kernel(self.hand, self.robot, q, q0, None, RetargetConfig(), left=self.hand.side == "left")
-
-
-def command_map(side: str, method: str = "auto", **stream):
-    """The command map of a live stream (:class:`JointMap` or :class:`RetargetMap`), and a one-line note on
-    the choice (None when there is nothing to say).
-
-    ``method``: ``"joint_map"``, ``"retarget"`` (a ``ValueError`` naming what is missing where the
-    library has no ``wuji_jax.inspire.retarget`` or no Inspire model is found), or ``"auto"``: the retarget
-    where both are there, else the joint map. ``stream``: the settings of
-    :class:`~wuji_jax.inspire.InspireStream` (``speed_ratio``, ``smoothing``, ``tau``, ...).
-    """
     if method not in ("auto", "joint_map", "retarget"):
         raise ValueError(f"method must be 'auto', 'joint_map' or 'retarget'; got {method!r}")
-    if method == "joint_map":
-        return JointMap(side, **stream), None
-    from ..retarget import inspire
-
-    if not callable(getattr(inspire, "retarget_kernel", None)):
-        why = "this wuji_jax has no task-space retarget (wuji_jax.inspire.retarget)"
-    elif inspire.find_inspire_urdf(None, side) is None:
-        why = inspire.inspire_model_hint()
-    else:
-        return RetargetMap(side, **stream), None
-    if method == "retarget":
-        raise ValueError(f"the task-space retarget is not available: {why}")
-    return JointMap(side, **stream), f"{why}: using the joint map (wuji_jax.inspire.to_inspire)"
+    try:
+        target, note = choose_target(robot, method, None, (side,))
+    except FileNotFoundError as e:  # the model the retarget needs
+        raise ValueError(f"the task-space retarget is not available: {e}") from None
+    return CommandMap(side, target, **stream), note
 
 
 def compile_programs(sides: Sequence[str] = ("right", "left"), method: str = "auto") -> str:
@@ -584,14 +535,15 @@ class LiveCommand:
         t: the frame's time in the stream, seconds.
         stamp: ``start_time + t``, seconds (the message's ``header.stamp``).
         side: ``"left"`` or ``"right"``.
-        command: ``(6,)`` opening fractions in ``[0, 1]`` (1 = open), motor order little, ring, middle,
-            fore, thumb bend, thumb rotation.
-        rh56: ``(6,)`` int RH56 register values, ``round(1000 · command)``.
-        message: the ctrl-topic envelope ``{"topic", "type", "msg"}`` of
-            :func:`wuji_jax.inspire.ctrl_message` (``sensor_msgs/msg/JointState`` as a dict).
+        command: ``(C,)`` the robot's command; the Inspire hand's: six opening fractions in ``[0, 1]``
+            (1 = open), motor order little, ring, middle, fore, thumb bend, thumb rotation.
+        rh56: ``(C,)`` int, the command in the robot's register units (the target's ``device_units``;
+            Inspire: RH56 values, ``round(1000 · command)``).
+        message: the envelope ``{"topic", "type", "msg"}`` of the target's ``message`` (Inspire:
+            :func:`wuji_jax.inspire.ctrl_message`, ``sensor_msgs/msg/JointState`` as a dict).
         kind: ``"fit"`` (from this frame's fit), ``"hold"`` (the last command again: no hand) or ``"open"``
             (no hand: opening at the rate limit).
-        raw: ``(6,)`` the command map's output for this frame before smoothing and the rate limit (a
+        raw: ``(C,)`` the command map's output for this frame before smoothing and the rate limit (a
             ``"fit"`` command), else None.
         result: the frame's :class:`~wuji_jax.IKResult` (numpy, no batch axis), or None without a hand.
             For a left hand: the right model's fit of the mirrored landmarks, with ``keypoints`` mirrored
@@ -690,6 +642,7 @@ class Live:
             closed when the stream ends.
         status: called with one-line messages (the compilation before the first frame, the choice of the
             command map); default: none.
+        robot: the robot hand whose commands are sent (:data:`wuji_jax.retarget.target.TARGETS`).
 
     Raises:
         ValueError: bad arguments, or a source that cannot be opened (one line).
@@ -702,9 +655,7 @@ class Live:
                  beta: float = 0.5, names: Sequence[str] | None = None, frame_id: str = "",
                  start_time: float | None = None, mirrored: bool = False, model: str | os.PathLike | None = None,
                  min_confidence: float = 0.5, outputs: Sequence[Any] = (),
-                 status: Callable[[str], None] | None = None):
-        from ..retarget import inspire
-
+                 status: Callable[[str], None] | None = None, robot: str = "inspire"):
         if side not in ("auto", "left", "right"):
             raise ValueError(f"side must be 'auto', 'left' or 'right'; got {side!r}")
         if max_frames is not None and max_frames < 1:
@@ -713,15 +664,15 @@ class Live:
             raise ValueError(f"on_lost must be one of {', '.join(ON_LOST)}; got {on_lost!r}")
         if not 0.0 <= min_confidence <= 1.0:
             raise ValueError(f"min_confidence must be in [0, 1]; got {min_confidence}")
-        if start_time is not None and not (math.isfinite(start_time) and 0 <= start_time < inspire.MAX_STAMP_SECONDS):
+        if start_time is not None and not (math.isfinite(start_time) and 0 <= start_time < _STAMP_LIMIT):
             raise ValueError(f"start_time must be finite seconds in [0, 2**31); got {start_time}")
-        inspire.max_rate(speed_ratio)  # a ValueError for a ratio outside (0, 1]
         self.accept = flag_bits(accept_flags)
         self._stream_options = dict(speed_ratio=speed_ratio, smoothing=smoothing, tau=tau, min_cutoff=min_cutoff,
                                     beta=beta, names=names, frame_id=frame_id)
-        inspire.InspireStream("right", **self._stream_options)  # its checks, before the source opens
         first = "right" if side == "auto" else side
-        self._map, self.map_note = command_map(first, method, **self._stream_options)
+        self.robot = robot
+        # the map's checks of the stream settings come here, before the source opens
+        self._map, self.map_note = command_map(first, method, robot, **self._stream_options)
         self._maps = {first: self._map}  # side -> command map; the other side's made before the first frame
         self.method = self._map.name
         self.side_option, self.side = side, (None if side == "auto" else side)
@@ -770,7 +721,7 @@ class Live:
         self._q = np.asarray(jax.device_get(neutral_angles(hand)), np.float32)
         for s in sides:
             if s not in self._maps:
-                self._maps[s] = command_map(s, self.method, **self._stream_options)[0]
+                self._maps[s] = command_map(s, self.method, self.robot, **self._stream_options)[0]
 
         def ready(s):  # push: only to open a lost hand
             self._maps[s].compile(self._solver, push=self.on_lost == "open")
@@ -915,17 +866,13 @@ class Live:
         if self.on_lost == "open":
             message = self._map.open(stamp)
         else:
-            from ..retarget.inspire import ctrl_message
-
-            message = ctrl_message(self._map.command, self.side, stamp, self.frame_id, names=self.names)
+            message = self._map.message(stamp)
         return self._command(frame, stamp, message, self.on_lost, None, None, None)
 
     def _command(self, frame, stamp, message, kind, res, world, image_lm) -> LiveCommand:
-        from ..retarget.inspire import rh56_host
-
         command = np.asarray(message["msg"]["position"], np.float64)
         raw = None if res is None else np.asarray(self._map.raw, np.float64)
-        cmd = LiveCommand(frame.index, frame.t, stamp, self.side, command, rh56_host(command), message,
+        cmd = LiveCommand(frame.index, frame.t, stamp, self.side, command, self._map.target.device_units(command), message,
                           kind, raw, res, world, image_lm, frame)
         p0 = self._published = time.perf_counter()
         for out in self.outputs:

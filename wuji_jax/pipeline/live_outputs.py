@@ -209,11 +209,12 @@ class Rosbag2Output:
     def write(self, cmd) -> None:
         import numpy as np
 
-        from ..retarget.inspire import ctrl_topic
-
-        if self._connection is None:
+        if self._connection is None:  # the first command's topic is the bag's (one stream, one side)
+            if cmd.message["type"] != "sensor_msgs/msg/JointState":
+                raise ValueError(f"{self.path}: a bag holds sensor_msgs/msg/JointState commands; got "
+                                 f"{cmd.message['type']}")
             self.side = self.side or cmd.side
-            self._connection = self._writer.add_connection(ctrl_topic(self.side), "sensor_msgs/msg/JointState",
+            self._connection = self._writer.add_connection(cmd.message["topic"], "sensor_msgs/msg/JointState",
                                                            typestore=self._store)
         m = cmd.message["msg"]
         stamp = m["header"]["stamp"]

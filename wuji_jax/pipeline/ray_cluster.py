@@ -85,7 +85,7 @@ from typing import Any
 import numpy as np
 
 from ..data import io as wio
-from .job import DEFAULT_CHUNK_SIZE, Assembly, JobRun, JobSpec, blocks_of
+from .job import DEFAULT_CHUNK_SIZE, Assembly, JobRun, JobSpec, blocks_of, job_target
 from .kernel import Kernel, kernel_compile_options
 from .reading import FileError, Prefetch, read_file, side_of_file
 from .store import OutputLock, part_arrays, part_ok, read_part
@@ -186,7 +186,8 @@ class _BlockSolver:
         self.spec, self.workers, self.digest = spec, workers, digest
         self.config = spec.config
         self.dtype = np.dtype(spec.dtype)
-        self.kernel = Kernel(self.config, devices, workers.batch_size, self.dtype, quick=workers.quick)
+        self.kernel = Kernel(self.config, devices, workers.batch_size, self.dtype, quick=workers.quick,
+                             target=spec.commands)
         self.worker = f"{socket.gethostname()}:{os.getpid()} " + ",".join(map(str, devices))
         self.crash_once = workers.crash_once
         self._warm_up(folder, device, len(devices))
@@ -202,7 +203,7 @@ class _BlockSolver:
         side = s.side if s.side != "auto" else "right"
 
         def run():
-            outs = self.kernel.dispatch(side, np.full((1, 21, 3), np.nan, self.dtype), s.inspire)
+            outs = self.kernel.dispatch(side, np.full((1, 21, 3), np.nan, self.dtype), s.commands is not None)
             self.kernel.collect(outs, 1)
 
         try:
@@ -301,7 +302,7 @@ class _BlockSolver:
                     continue
                 if stop is not None and local >= stop:
                     break
-                outs = self.kernel.dispatch(side, world, s.inspire)  # asynchronous
+                outs = self.kernel.dispatch(side, world, s.commands is not None)  # asynchronous
                 collect()  # the previous chunk, while this one is solved
                 pending.append((outs, m))
                 frame_parts.append(local + np.arange(m, dtype=np.int64))
@@ -476,6 +477,8 @@ def solve_dataset_ray(
     spec = dataclasses.replace(spec, max_frames=wio.check_max_frames(max_frames))
     cache = _cache_setting(compilation_cache)
     spec = spec.with_inputs()
+    # Ray's workers use the joint map (the CLI refuses --command-map retarget with --ray)
+    spec = dataclasses.replace(spec, target=job_target(inspire, "joint_map", None, side)[0])
     spec.out.parent.mkdir(parents=True, exist_ok=True)
     started = connect(ray, address, progress)
     try:
@@ -596,8 +599,7 @@ class RayExecutor:
             Assembly([part_path(b) for b in good], failed, sum(done[b["unit"]]["frames"] for b in good),
                      len({b["file"] for b in good}), complete=streamed == len(blocks)),
             sorted(workers_seen), team.batch_size,
-            # Ray's workers use the joint map (the CLI refuses --command-map retarget with --ray)
-            command_map="joint_map" if spec.inspire else None,
+            **spec.command_fields(),
             ray={"address": address, "nodes": nodes, "workers": n_workers,
                  "cpus_per_worker": None if team.gpu else team.cpus, "use_gpu": team.gpu,
                  "blocks": len(blocks), "block_size": team.block_size})

@@ -7,7 +7,6 @@ from writing one output (:class:`OutputLock`). Used by :func:`wuji_jax.batch.sol
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import contextlib
 import os
@@ -22,6 +21,7 @@ import numpy as np
 
 from ..data import io as wio
 from ..data import outputs
+from ..data.io import content_hash  # noqa: F401 (re-exported: wuji_jax.pipeline.store.content_hash)
 
 __all__ = ["MANIFEST_VERSION", "run_identity", "out_path", "check_outputs", "remove_stale_temporaries", "OutputLock",
            "open_parts", "write_part", "part_ok", "read_part", "part_arrays", "atomic_json", "content_hash"]
@@ -61,30 +61,15 @@ def part_arrays(fh) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
-def content_hash(path: Path) -> str:
-    """SHA-256 of a file's bytes (small next to solving the frames it holds).
-
-    Read in 16 MiB blocks: hashing releases the GIL, but every block takes it back, and while
-    another thread holds it (the writers' imports run beside this) each return waits up to the
-    switch interval, so small blocks are slow."""
-    h = hashlib.sha256()
-    buf = bytearray(16 << 20)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
 def run_identity(files: Sequence[Any], chunk_size: int, side: str, config, inspire: bool,
-              check_units: bool, fps: float | None, dtype, devices: Sequence[Any], batch_size: int,
-              compile_options: dict | None = None, retarget: dict | None = None) -> dict:
+                 check_units: bool, fps: float | None, dtype, devices: Sequence[Any], batch_size: int,
+                 compile_options: dict | None = None, target=None) -> dict:
     """What a resumed run must share with the interrupted one for its parts to be reused: every
     input's bytes (a full SHA-256, so an input rewritten in place with the same size and time is
     noticed), the settings, the device kind and count, the batch size and the compile options (all
-    three change float rounding), and the Inspire command map (``command_map``: ``"retarget"`` with
-    ``retarget``, ``{side: URDF path}``, each URDF's path and SHA-256; ``"joint_map"``; None without
-    the Inspire channels), so that a resume never mixes maps or models."""
+    three change float rounding), and with ``inspire`` (the command channels) the robot ``target``'s
+    :meth:`~wuji_jax.retarget.target.Target.identity` (its command map, its models' paths and SHA-256),
+    so that a resume never mixes maps or models."""
     from .. import __version__
 
     inputs = []
@@ -100,16 +85,14 @@ def run_identity(files: Sequence[Any], chunk_size: int, side: str, config, inspi
                            "sha256": digest})
         except OSError:
             inputs.append({"path": os.path.realpath(p), "size": None, "mtime_ns": None, "sha256": None})
+    commands = {"target": target.name, **target.identity()} if inspire and target is not None else {"target": None}
     return {"inputs": inputs, "chunk_size": int(chunk_size), "side": side, "inspire": bool(inspire),
             "check_units": bool(check_units), "fps": fps, "dtype": np.dtype(dtype).name,
             "solver": {"static": list(config.static()),
                        "traced": {k: float(v) for k, v in config.numbers().items()}},
             "devices": [devices[0].platform, len(devices)], "batch_size": int(batch_size),
             "compile_options": sorted([k, repr(v)] for k, v in (compile_options or {}).items()),
-            "command_map": None if not inspire else ("retarget" if retarget else "joint_map"),
-            "inspire_urdf": None if not (inspire and retarget) else
-            {side: {"path": os.path.realpath(p), "sha256": content_hash(Path(p))} for side, p in sorted(retarget.items())},
-            "wuji_jax": __version__}
+            **commands, "wuji_jax": __version__}
 
 
 def out_path(out: Any) -> Path:

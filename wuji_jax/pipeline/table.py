@@ -28,9 +28,8 @@ _PLOT_POINTS = 1_800
 _FINGERS = ("thumb", "index", "middle", "ring", "pinky")
 
 
-def _table(part: dict[str, np.ndarray], names: list[str], inspire: bool,
+def _table(part: dict[str, np.ndarray], names: list[str], commands: Sequence[str],
            hands: dict[str, Any]) -> dict[str, np.ndarray]:
-    from ..retarget.inspire import MOTOR_NAMES
     from ..hand.model import load_hand
 
     side = str(part["side"])
@@ -54,9 +53,8 @@ def _table(part: dict[str, np.ndarray], names: list[str], inspire: bool,
     for k in ("scale", "residual_mm", "valid", "converged"):
         t[k] = part[k]
     t["fit_flags"] = part["flags"]  # not "flags": pandas' DataFrame.flags would hide it
-    if inspire:
-        for j, mn in enumerate(MOTOR_NAMES):
-            t[f"inspire_{mn}"] = part["inspire"][:, j]
+    for j, column in enumerate(commands):
+        t[column] = part["commands"][:, j]
     return t
 
 
@@ -122,8 +120,8 @@ class Assembler:
     ``stride``-th row (``stride`` from ``n_rows``, the rows expected, so that at most
     ``_PLOT_POINTS`` are drawn). :meth:`close` renames the table into place."""
 
-    def __init__(self, out: Path, names: list[str], inspire: bool, n_rows: int):
-        self.out, self.names, self.inspire, self.n_rows = out, names, inspire, n_rows
+    def __init__(self, out: Path, names: list[str], commands: Sequence[str], n_rows: int):
+        self.out, self.names, self.commands, self.n_rows = out, names, tuple(commands), n_rows
         self.stride = max(1, -(-n_rows // _PLOT_POINTS))
         self.writer = TableWriter(out)
         self.hands: dict[str, Any] = {}
@@ -138,7 +136,7 @@ class Assembler:
         m = part["frame"].shape[0]
         if m == 0:
             return
-        self.writer.write(_table(part, self.names, self.inspire, self.hands))
+        self.writer.write(_table(part, self.names, self.commands, self.hands))
         self.sources.update(np.unique(part["source"]).tolist())
         flags, valid, residual = part["flags"], part["valid"], part["residual_mm"]
         self.flagged += int(np.count_nonzero(flags))
@@ -178,7 +176,7 @@ class Assembler:
 
 
 def finish_table(stream: Assembler | None, complete: bool, out: Path, part_files: list[Path], failed: set[int],
-                  files: Sequence[Any], inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
+                  files: Sequence[Any], commands: Sequence[str], n_rows: int, digest: str) -> dict[str, Any]:
     """The table in place and its statistics: ``stream``'s where it was given every part
     (``complete``), holds the ``n_rows`` rows wanted (as many as it expected) and none of a ``failed``
     file; else it is dropped and the part files are assembled (:func:`assemble_parts`)."""
@@ -187,14 +185,15 @@ def finish_table(stream: Assembler | None, complete: bool, out: Path, part_files
         return stream.close()
     if stream is not None:
         stream.abort()
-    return assemble_parts(out, part_files, failed, files, inspire, n_rows, digest)
+    return assemble_parts(out, part_files, failed, files, commands, n_rows, digest)
 
 
 def assemble_parts(out: Path, part_files: list[Path], failed: set[int], files: Sequence[Any],
-              inspire: bool, n_rows: int, digest: str) -> dict[str, Any]:
-    """Concatenate the part files in order into ``out`` (the rows of ``failed`` files left out);
+              commands: Sequence[str], n_rows: int, digest: str) -> dict[str, Any]:
+    """Concatenate the part files in order into ``out`` (the rows of ``failed`` files left out), the
+    parts' ``commands`` array written as the columns named ``commands`` (none: no command columns);
     :meth:`Assembler.close`'s statistics and plot sample."""
-    asm = Assembler(out, [str(f) for f in files], inspire, n_rows)
+    asm = Assembler(out, [str(f) for f in files], commands, n_rows)
     drop = np.fromiter(failed, np.int32, len(failed))
     try:
         for pf in part_files:

@@ -1,5 +1,9 @@
 """Floor 3: joint angles → robot-hand commands; robot models are read at run time (none ships here).
 
+* target:       the :class:`~wuji_jax.retarget.target.Target` protocol the pipelines take (batch, Ray,
+  live), and :data:`~wuji_jax.retarget.target.TARGETS`: a new robot hand is a new module here and one
+  line there
+* inspire_target: the Inspire hand as a target (joint map or task-space retarget)
 * inspire:      the Inspire RH56 hand's commands (``wj.inspire``): the joint map ``to_inspire``, the
   task-space ``retarget``, calibration, RH56 units, ROS payloads, streams
 * inspire_hand: the Inspire hand from a URDF (a path, or the copy inside ``dexi-rs``): openings ↔
