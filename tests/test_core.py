@@ -168,16 +168,26 @@ def test_package_uses_public_jax_only():
 
 
 def test_package_map_resolves_and_the_data_readers_load_without_jax():
-    """Every name in ``wj.__all__`` resolves to the object its module defines; ``import wuji_jax.data.io``
-    (reading datasets) and ``wuji_jax.__version__`` do not load JAX (a bounded-memory reader)."""
+    """Every name in ``wj.__all__`` resolves to the object its module defines (a public module: the
+    package's module of that name; a function or class: the object of that name in the module that
+    defines it; a constant: one that a module of the package holds under that name);
+    ``import wuji_jax.data.io`` (reading datasets) and ``wuji_jax.__version__`` do not load JAX (a
+    bounded-memory reader)."""
     import importlib
+    import inspect
     import subprocess
     import sys
 
     for name in wj.__all__:
         value = getattr(wj, name)
-        if name in wj._EXPORTS:
-            assert value is getattr(importlib.import_module(f"wuji_jax.{wj._EXPORTS[name]}"), name), name
+        if inspect.ismodule(value):
+            assert value.__name__.startswith("wuji_jax.") and value.__name__.rsplit(".", 1)[1] == name, name
+        elif hasattr(value, "__qualname__"):
+            assert value.__module__.startswith("wuji_jax."), (name, value.__module__)
+            assert getattr(importlib.import_module(value.__module__), name) is value, name
+        elif name != "__version__":
+            assert any(getattr(m, name, None) is value for k, m in list(sys.modules.items())
+                       if k.startswith("wuji_jax.")), name
     assert set(wj.__all__) <= set(dir(wj))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         wj.nope  # noqa: B018

@@ -198,10 +198,16 @@ def test_check_output_rule_directly(tmp_path):
 # --------------------------------------------------------------------- 2. whole or absent
 
 
+def _fsync_fails(monkeypatch, code: int):
+    def fail(fd):
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(os, "fsync", fail)
+
+
 def _disk_full(monkeypatch):
-    def full(path):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(outputs, "_fsync", full)
+    """The disk is full: ``os.fsync`` says so (``ENOSPC``), as a file system does that allocates blocks
+    only when the written data goes out to disk."""
+    _fsync_fails(monkeypatch, errno.ENOSPC)
 
 
 def _no_temporaries(folder: Path):
@@ -224,6 +230,23 @@ def test_a_full_disk_leaves_the_previous_file(in_tmp, capsys, monkeypatch, verb)
     monkeypatch.chdir(in_tmp)
     assert main([str(a) for a in [*argv, "-o", out]]) == 0 and out.read_bytes() != b"previous"
     _no_temporaries(in_tmp)
+
+
+def test_fsync_errors_that_lose_data_are_raised_the_others_not(tmp_path, monkeypatch):
+    """A file system without fsync (``EINVAL``): the file is still written whole. An I/O error (``EIO``):
+    raised, the previous file kept, no temporary left. ``sync=False``: no fsync at all."""
+    out = tmp_path / "o.json"
+    out.write_text("previous")
+    _fsync_fails(monkeypatch, errno.EINVAL)
+    outputs.atomic_json(out, {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1}
+    _fsync_fails(monkeypatch, errno.EIO)
+    with pytest.raises(OSError, match=os.strerror(errno.EIO)):
+        outputs.atomic_json(out, {"a": 2})
+    assert json.loads(out.read_text()) == {"a": 1}
+    outputs.atomic_json(out, {"a": 3}, sync=False)
+    assert json.loads(out.read_text()) == {"a": 3}
+    _no_temporaries(tmp_path)
 
 
 def test_a_full_disk_while_the_plot_is_written_leaves_no_picture(tmp_path, monkeypatch):

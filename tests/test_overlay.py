@@ -123,8 +123,8 @@ def _synthetic_hand() -> np.ndarray:
 def _bar_share(line: np.ndarray) -> float:
     """Filled share of the bar in one pixel row through the panel: the longest run of bar or track
     colour (text anti-aliasing elsewhere on the row can hit the track's grey by chance)."""
-    bar = np.all(line == overlay._BAR_COLOR, axis=1)
-    mask = bar | np.all(line == overlay._TRACK_COLOR, axis=1)
+    bar = np.all(line == overlay.BAR_COLOR, axis=1)
+    mask = bar | np.all(line == overlay.TRACK_COLOR, axis=1)
     best, start = (0, 0), None
     for x, m in enumerate(np.append(mask, False)):
         if m and start is None:
@@ -158,7 +158,7 @@ def test_render_overlay_frame_draws_landmarks_fit_and_bars():
     for r, v in enumerate(channels, start=1):
         share = _bar_share(out[y0 + row * r + row // 2, x0:x1])
         assert abs(share - (0.0 if np.isnan(v) else v)) < 0.02, (r, v, share)
-    assert not np.any(np.all(out == overlay._NO_HAND_COLOR, axis=-1))  # a hand: no label
+    assert not np.any(np.all(out == overlay.NO_HAND_COLOR, axis=-1))  # a hand: no label
 
 
 def test_panel_rect_is_the_documented_top_left_panel():
@@ -178,7 +178,7 @@ def test_render_overlay_frame_without_a_hand():
     frame = np.full((240, 320, 3), 90, np.uint8)
     for missing in (None, np.full((21, 3), np.nan)):
         out = overlay.render_overlay_frame(frame, missing, None, np.full(6, np.nan))
-        label = np.all(out == overlay._NO_HAND_COLOR, axis=-1)
+        label = np.all(out == overlay.NO_HAND_COLOR, axis=-1)
         assert label.sum() > 50 and label[:, :60].sum() == 0  # "no hand", centred at the top
         assert not np.any(np.all(out == overlay.LANDMARK_COLOR, axis=-1)[:, 130:])
     out = overlay.render_overlay_frame(frame, None, None, None)  # no panel at all
@@ -244,10 +244,10 @@ def test_render_overlay_no_hand_frame_and_given_channels(rec, fit, tmp_path):
         return int((np.abs(img.astype(int) - color).max(-1) < 40).sum())
 
     # the "no hand" label, top centre (the yellow toy at the bottom has a similar colour)
-    yellow = [near(f[:70, 200:440], overlay._NO_HAND_COLOR) for f in frames]
+    yellow = [near(f[:70, 200:440], overlay.NO_HAND_COLOR) for f in frames]
     assert yellow[2] > 100 and max(yellow[:2] + yellow[3:]) < 20, yellow
     x0, y0, x1, y1 = overlay.panel_rect(frames[0].shape)
-    assert all(near(f[y0:y1, x0:x1], overlay._BAR_COLOR) < 20 for f in frames)  # inspire=0: empty
+    assert all(near(f[y0:y1, x0:x1], overlay.BAR_COLOR) < 20 for f in frames)  # inspire=0: empty
 
 
 def test_render_overlay_errors(rec, fit, tmp_path):

@@ -254,7 +254,7 @@ def no_model_anywhere(tmp_path, monkeypatch):
     monkeypatch.delenv(video.MODEL_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(video, "packaged_model", lambda: None)
-    monkeypatch.setattr(video, "_bundled_model", lambda: None)
+    monkeypatch.setattr(video, "bundled_model", lambda: None)
     for var in ("NO_PROXY", "no_proxy"):  # the local test server must not go through a proxy
         monkeypatch.setenv(var, "127.0.0.1,localhost")
     return tmp_path / "cache" / "wuji_jax" / "hand_landmarker.task"
@@ -294,7 +294,7 @@ def test_bundled_model_is_found_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(video, "packaged_model", lambda: None)
     got = video.resolve_model_path(download=False)
-    assert got == asset_path("models", "hand_landmarker.task")
+    assert got == asset_path("models", "hand_landmarker.task") == video.bundled_model()
     assert hashlib.sha256(got.read_bytes()).hexdigest() == (
         "fbc2a30080c3c557093b5ddfc334698132eb341044ccee322ccf8bcf3607cde1")  # as assets/models/README.md says
     assert (got.parent / "LICENSE-Apache-2.0.txt").read_text().lstrip().startswith("Apache License")

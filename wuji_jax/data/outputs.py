@@ -20,6 +20,7 @@ Every refusal is a :class:`OutputError` (a ``ValueError``), one line naming the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import glob
 import json
@@ -159,15 +160,25 @@ def temporary_name(path: Any) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp{path.suffix}")
 
 
+# os.fsync's errors that say the file cannot be synced this way (a file system without fsync; Windows,
+# which cannot commit a read-only descriptor), not that its data failed to reach the disk
+_CANNOT_SYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF})
+
+
 def _fsync(path: Path) -> None:
+    """Flush ``path``'s data to disk. An error that says the data may not be there (``ENOSPC``, ``EDQUOT``,
+    ``EIO``: a full disk or quota is often reported only when the data goes out to disk) is raised, so
+    that the file is not renamed over the previous one; where the file cannot be synced
+    (:data:`_CANNOT_SYNC`) the rename still keeps the name whole or absent."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:  # a file system without fsync: the rename still keeps the name whole or absent
-        pass
+    except OSError as e:
+        if e.errno not in _CANNOT_SYNC:
+            raise
     finally:
         os.close(fd)
 
@@ -176,7 +187,8 @@ def _fsync(path: Path) -> None:
 def replacing(path: Any, sync: bool = True) -> Iterator[Path]:
     """``with replacing(out) as tmp: writer(tmp)``: the file written to ``tmp`` becomes ``out`` when the
     block ends without an exception (flushed to disk unless not ``sync``, then ``os.replace``); on an
-    exception ``tmp`` is removed and ``out`` is left as it was. Parent folders are created."""
+    exception, a failed flush (a full disk) included, ``tmp`` is removed and ``out`` is left as it was.
+    Parent folders are created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)

