@@ -30,9 +30,10 @@ Speed (frames/s of the public calls on numpy float32 input, median of warm calls
 ``retarget`` follows its input's sharding), ``solve`` + ``to_inspire`` and ``solve`` + ``retarget``
 on ``--batch`` frames (the recording tiled; the metrics use its first 621 rows), against dexi-rs's
 frames/s of one core × the usable cores (``bench_vs_dexi.run_dexi``). One live frame:
-``wj.FrameSolver(hand)(frame, q0=previous)`` then one compiled ``retarget`` of that frame (the
-robot and settings constants of the program, warm-started from the previous command), median and
-p90 over the recording after a warm-up pass. dex-retargeting: ms per frame of its ``retarget``.
+``wuji_jax.live``'s one compiled call a frame (the FrameSolver's fit warm-started from the previous
+frame, and the retarget of it warm-started from the previous command, smoothed and rate-limited; the
+robot and settings constants of the program), median and p90 over the recording after a warm-up pass,
+and the same as two calls (FrameSolver, then a jitted retarget). dex-retargeting: ms per frame of its ``retarget``.
 
 Writes ``benchmarks/results/retarget_<device-kind>.json``. Needs dexi-rs (the Inspire URDF) and, for
 the dex-retargeting rows, ``pip install dex-retargeting==0.5.0`` (and torch's CPU wheel); missing
@@ -140,31 +141,45 @@ def run_wuji(y: np.ndarray, robot, batch: int, repeats: int):
     rows["retarget_only"] = dict(batch=len(yb), median_s=t.median, frames_per_s=len(yb) / t.median,
                                  input="wj.solve's angles, already on the devices")
 
-    # one live frame: FrameSolver warm-started, then one compiled retarget of that frame
+    # one live frame as wuji-jax live runs it: the FrameSolver's fit warm-started from the previous frame
+    # and the retarget (warm-started from the previous command, smoothed, rate-limited) in one compiled
+    # call (wuji_jax.live.command_map(...).fit); and, for reference, the two as separate calls
+    from wuji_jax.live import command_map
+
     solver, config = wj.FrameSolver(hand), RetargetConfig()
     t0 = time.perf_counter()
-    step = jax.jit(lambda q, o: retarget_kernel(hand, robot, q, o, None, config))
-    cpu = jax.devices("cpu")[0]
-    state = {"q": solver(y[0]).angles}
-    state["o"] = np.asarray(wj.inspire.to_inspire(state["q"]), np.float32)
-    jax.block_until_ready(step(jax.device_put(state["q"], cpu), jax.device_put(state["o"], cpu)))
+    cmap = command_map("right", "retarget")[0]
+    cmap.compile(solver, push=False)
+    state = {"q": solver(y[0]).angles, "t": 0.0}
     first = time.perf_counter() - t0
 
-    def frame(f):
+    def fused(f):
+        state["t"] += 1 / 30
+        res, send = cmap.fit(solver, f, state["q"], state["t"])
+        send()
+        state["q"] = res.angles
+
+    step = jax.jit(lambda q, o: retarget_kernel(hand, robot, q, o, None, config))
+    state["o"] = np.asarray(wj.inspire.to_inspire(state["q"]), np.float32)
+
+    def two_calls(f):
         state["q"] = solver(f, q0=state["q"]).angles
         state["o"] = np.asarray(step(state["q"], state["o"]))
 
     def solve_only(f):
         state["q"] = solver(f, q0=state["q"]).angles
 
-    per_frame_ms(frame, y)  # warm-up pass
-    both, alone = per_frame_ms(frame, y), per_frame_ms(solve_only, y)
+    per_frame_ms(fused, y)  # warm-up passes
+    per_frame_ms(two_calls, y)
+    both, split, alone = per_frame_ms(fused, y), per_frame_ms(two_calls, y), per_frame_ms(solve_only, y)
     rows["live_frame"] = dict(
-        function="wj.FrameSolver(hand)(frame, q0=previous angles) + jit(retarget_kernel)(angles, previous command)",
+        function="wuji_jax.live.command_map('right', 'retarget')[0].fit(FrameSolver(hand), frame, previous angles, "
+                 "stamp), then send(): the fit and the retarget (with smoothing and the rate limit) in one call",
         first_call_s=first, median_ms=float(np.median(both)), p90_ms=float(np.percentile(both, 90)),
-        frame_solver_median_ms=float(np.median(alone)),
-        retarget_median_ms=float(np.median(both) - np.median(alone)))
-    print(f"  live frame: {np.median(both):.3f} ms median (FrameSolver alone {np.median(alone):.3f} ms)", flush=True)
+        two_calls_median_ms=float(np.median(split)),
+        frame_solver_median_ms=float(np.median(alone)))
+    print(f"  live frame: {np.median(both):.3f} ms median, p90 {np.percentile(both, 90):.3f} (as two calls "
+          f"{np.median(split):.3f}; FrameSolver alone {np.median(alone):.3f} ms)", flush=True)
     return openings, rows
 
 
