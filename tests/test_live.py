@@ -161,3 +161,32 @@ def test_ctrl_c_mid_stream_leaves_a_readable_bag(tmp_path):
     s = json.loads(summary.read_text())
     assert s["interrupted"] and s["frames"]["sent"] == sent and s["mode"] == "real_time"
     assert s["frames"]["read"] < 621 and s["frames"]["read"] >= s["frames"]["processed"] + s["frames"]["dropped"]
+
+
+def test_one_program_serves_both_sides():
+    """The retarget's command maps of the two sides share one compiled program (the side's hand, robot
+    model and side are its arguments): making the left map's program after the right one's compiles
+    nothing. The left map's first command is the public retarget of the left hand's angles (a mirrored
+    frame fitted as a right hand gives them), warm-started as the stream does, not the right hand's."""
+    import wuji_jax as wj
+    from wuji_jax import inspire as wi
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from compile_log import compiles
+
+    solver = wj.FrameSolver(wj.load_hand("right"))
+    right, left = live.command_map("right", "retarget")[0], live.command_map("left", "retarget")[0]
+    right.compile(solver, push=False)
+    with compiles() as log:
+        left.compile(solver, push=False)
+    assert not log, log
+    # a right hand's frame: the landmarks a stream fits for the left hand that is its mirror image
+    world = np.load(VIDEO.with_name("human_hand_video_landmarks.npz"))["world"][100].astype(np.float32)
+    res, send = left.fit(solver, world, np.zeros(20, np.float32), 0.0)
+    send()
+    hand = wj.load_hand("left")
+    angles = res.angles[None]
+    want = wi.retarget(angles, wi.find_inspire_urdf(side="left"), hand=hand, q0=wi.to_inspire(angles, hand=hand))
+    np.testing.assert_allclose(left.raw, np.asarray(want)[0], atol=2e-3)
+    wrong = wi.retarget(angles, wi.find_inspire_urdf(side="right"), q0=wi.to_inspire(angles))
+    assert np.abs(left.raw - np.asarray(wrong)[0]).max() > 0.02  # the sides differ on this frame

@@ -297,6 +297,20 @@ class _Reader:
 # ------------------------------------------------------------------------------------------------
 
 
+#: the command maps' compiled programs in this process, by name (both sides' maps share theirs)
+_PROGRAMS: dict[str, Any] = {}
+_PROGRAMS_LOCK = threading.Lock()
+
+
+def _compiled(name: str, make: Callable[[], Any]):
+    """The compiled program ``name``, made by ``make`` once per process (one thread makes it, the others
+    wait for it)."""
+    with _PROGRAMS_LOCK:
+        if name not in _PROGRAMS:
+            _PROGRAMS[name] = make()
+        return _PROGRAMS[name]
+
+
 def _rest_angles(hand) -> np.ndarray:
     """``(20,)`` float32 angles within the limits (zero, clipped) that a lost hand's step maps: its
     command is the target's rest command whatever they map to."""
@@ -306,9 +320,11 @@ def _rest_angles(hand) -> np.ndarray:
 class CommandMap:
     """A live stream's command map: a robot ``target``'s commands (:class:`~wuji_jax.retarget.target.Target`)
     from one frame's angles, smoothed and rate-limited as :class:`~wuji_jax.inspire.InspireStream` does,
-    in one compiled program per frame (the human model, the target's model and the settings are its
-    constants: one call of a few arrays). With :meth:`compile`'s ``solver`` the frame's fit runs in the
-    same program (:meth:`fit`): one call a frame from landmarks to command.
+    in one compiled program per frame. The settings are its constants; the side's human model, the
+    target's model and the side are its arguments (on the device once), so that one program serves both
+    sides: a stream that may see either hand reads one program from the cache, not two. With
+    :meth:`compile`'s ``solver`` the frame's fit runs in the same program (:meth:`fit`): one call a frame
+    from landmarks to command.
 
     The filter: exponential (``tau``) or one-euro (:func:`wuji_jax.filters.one_euro_step`) smoothing,
     then no channel moving faster than the target's ``max_rate(speed_ratio)`` allows. The target's
@@ -336,6 +352,7 @@ class CommandMap:
         self.hand = load_hand(side)
         self.model = target.model(side)
         self.channels = len(target.channels)
+        self._consts = None  # (hand, model, left) on the host CPU device: the programs' side arguments
         self._settings = (tuple(np.broadcast_to(np.asarray(target.max_rate(speed_ratio), np.float64),
                                                 (self.channels,))), smoothing,
                           float(tau), float(min_cutoff), float(beta), float(d_cutoff))
@@ -347,6 +364,20 @@ class CommandMap:
         self.command: np.ndarray | None = None
         self.raw: np.ndarray | None = None
 
+    def _side_arguments(self):
+        """``(flat, unravel)``: the side's human model (its name and side blanked: static data, the same
+        for both sides), the target's model and the side as one flat array on the host CPU device (one
+        argument a call: each argument of a call costs a few microseconds), and the function that gives
+        ``(hand, model, left)`` back inside the program."""
+        if self._consts is None:
+            import jax
+            from jax.flatten_util import ravel_pytree
+
+            flat, unravel = ravel_pytree((self.hand.replace(name="", side=""), self.model,
+                                          np.bool_(self.side == "left")))
+            self._consts = (jax.device_put(flat, jax.devices("cpu")[0]), unravel)
+        return self._consts
+
     def _step(self):
         import jax.numpy as jnp
 
@@ -355,9 +386,10 @@ class CommandMap:
         rate, smoothing, tau, min_cutoff, beta, d_cutoff = self._settings
         rate = np.asarray(rate, np.float32)
         rest = np.asarray(self.target.rest(), np.float32)
-        hand, model, target, left = self.hand, self.model, self.target, self.side == "left"
+        target, unravel = self.target, self._side_arguments()[1]
 
-        def step(q, raw, y, dy, out, dt, first, to_open):  # (20,), (C,) x4, (), (), () -> (4C,)
+        def step(side, q, raw, y, dy, out, dt, first, to_open):  # side, (20,), (C,) x4, (), (), () -> (4C,)
+            hand, model, left = unravel(side)
             previous = jnp.where(first, jnp.full_like(raw, jnp.nan), raw)
             x = target.commands(hand, q, model, previous, left=left)
             x = jnp.where(to_open, rest, x)
@@ -380,18 +412,20 @@ class CommandMap:
 
         on = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # one frame: the host CPU, as FrameSolver
         c = (self.channels,)
-        return [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in
-                [((20,), np.float32)] + [(c, np.float32)] * 4 + [((), np.float32), ((), bool), ((), bool)]]
+        flat = self._side_arguments()[0]
+        side = jax.ShapeDtypeStruct(flat.shape, flat.dtype, sharding=on)
+        return [side] + [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in
+                         [((20,), np.float32)] + [(c, np.float32)] * 4 + [((), np.float32), ((), bool), ((), bool)]]
 
     def _digest(self) -> str:
+        """Names the programs: the target, its method, the settings and the side arguments' structure and
+        shapes (not their values: both sides' maps name one program)."""
         import jax
 
-        constants = (self.hand, self.model)
-        digest = hashlib.sha256(repr((self.target.name, self.name, self._settings, self.hand.side,
-                                      str(jax.tree_util.tree_structure(constants)))).encode())
-        for leaf in jax.tree_util.tree_leaves(constants):
-            digest.update(np.ascontiguousarray(leaf).tobytes())
-        return digest.hexdigest()[:16]
+        side = (self.hand.replace(name="", side=""), self.model)
+        return hashlib.sha256(repr((self.target.name, self.name, self._settings, str(jax.tree_util.tree_structure(side)),
+                                    [(a.shape, str(a.dtype)) for a in jax.tree_util.tree_leaves(side)])
+                                   ).encode()).hexdigest()[:16]
 
     def compile(self, solver=None, push: bool = True) -> None:
         """Compile the per-frame programs (or read them from the compilation cache): with ``push`` the one
@@ -408,21 +442,21 @@ class CommandMap:
         step, specs, digest = self._step(), self._specs(), self._digest()
         tag = f"{self.target.name}_{self.name}_{digest}"
         if push:
-            self._program = cached_program(step, f"live_{tag}", *specs,
-                                           compiler_options=compile_options(1, "cpu")).lower(*specs).compile()
+            self._program = _compiled(f"live_{tag}", lambda: cached_program(
+                step, f"live_{tag}", *specs, compiler_options=compile_options(1, "cpu")).lower(*specs).compile())
         if fuse:
             import jax.numpy as jnp
 
             fit, at = solver.function(q0=True), solver.angles_slice()
 
-            def fused(lm, q0, *state):  # the fit's buffer, then the command step's
+            def fused(lm, q0, side, *state):  # the fit's buffer, then the command step's
                 flat = fit(lm, q0)
-                return jnp.concatenate([flat, step(flat[at].astype(jnp.float32), *state)])
+                return jnp.concatenate([flat, step(side, flat[at].astype(jnp.float32), *state)])
 
-            all_specs = solver.input_specs(q0=True) + specs[1:]
-            program = cached_program(fused, f"live_fit_{solver.digest()}_{tag}", *all_specs,
-                                     compiler_options=compile_options(1, "cpu"))
-            self._fused = (solver, program.lower(*all_specs).compile())
+            all_specs = solver.input_specs(q0=True) + [specs[0]] + specs[2:]
+            name = f"live_fit_{solver.digest()}_{tag}"
+            self._fused = (solver, _compiled(name, lambda: cached_program(
+                fused, name, *all_specs, compiler_options=compile_options(1, "cpu")).lower(*all_specs).compile()))
 
     def _inputs(self, stamp: float, to_open: bool) -> tuple:
         first = self._state is None
@@ -447,7 +481,7 @@ class CommandMap:
 
     def _push(self, q: np.ndarray, stamp: float, to_open: bool) -> dict[str, Any]:
         self.compile()
-        flat = np.asarray(self._program(np.asarray(q, np.float32), *self._inputs(stamp, to_open)))
+        flat = np.asarray(self._program(self._consts[0], np.asarray(q, np.float32), *self._inputs(stamp, to_open)))
         return self._send(flat, stamp)
 
     def push(self, result, stamp: float) -> dict[str, Any]:
@@ -462,7 +496,7 @@ class CommandMap:
         solver's ``ValueError`` for an input it refuses."""
         self.compile(solver)
         inputs = self._inputs(stamp, False)
-        flat = np.asarray(self._fused[1](landmarks, q0, *inputs))
+        flat = np.asarray(self._fused[1](landmarks, q0, self._consts[0], *inputs))
         n = flat.shape[0] - 4 * self.channels
         res = solver.result(flat[:n], landmarks, None, q0, check_units)
         return res, lambda: self._send(flat[n:], stamp)
@@ -726,14 +760,8 @@ class Live:
         def ready(s):  # push: only to open a lost hand
             self._maps[s].compile(self._solver, push=self.on_lost == "open")
 
-        if len(sides) > 1:  # both sides at once (reading a program from the cache releases the GIL); joined here
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(len(sides), thread_name_prefix="wuji-jax-live-compile") as pool:
-                list(pool.map(ready, sides))
-        else:
-            for s in sides:
-                ready(s)
+        for s in sides:  # one program for both sides: the second finds it made
+            ready(s)
         self.compile_seconds = time.perf_counter() - t0
         from ..data.video import QuietNative
 

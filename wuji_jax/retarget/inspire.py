@@ -576,11 +576,12 @@ def _inspire(model) -> InspireHand:
     raise ValueError(f"model must be an InspireHand, a URDF path or None; got {type(model).__name__}")
 
 
-@functools.partial(jax.jit, static_argnames=("left",))
+@jax.jit
 def retarget_kernel(hand: HandModel, model: InspireHand, q: jax.Array, q0: jax.Array | None,
-                    calibration: InspireCalibration | None, config: RetargetConfig, left: bool = False) -> jax.Array:
+                    calibration: InspireCalibration | None, config: RetargetConfig, left=False) -> jax.Array:
     """:func:`retarget` without its checks: ``q (*batch, 20)``, ``q0 (*batch, 6)`` or ``None`` →
-    ``(*batch, 6)``. Pure JAX (jit, vmap, grad)."""
+    ``(*batch, 6)``; ``left`` (a bool, traced: one program serves both hands) mirrors the human's palm
+    frame. Pure JAX (jit, vmap, grad)."""
     batch = q.shape[:-1]
     rows = q.reshape(-1, q.shape[-1])
     kp = jnp.transpose(forward_keypoints(hand, rows), (2, 1, 0))  # (3, 21, B)

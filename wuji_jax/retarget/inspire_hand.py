@@ -175,10 +175,13 @@ def _check_open_end(hand: InspireHand) -> None:
     lo, hi = np.asarray(hand.model.lower)[motors], np.asarray(hand.model.upper)[motors]
     if not np.all(hi > lo):
         raise ValueError(f"{Path(hand.source).name}: a motor joint has upper <= lower")
-    ends = _end_points(hand)
+    # without the static data that differs between URDFs of one layout (the path, the model's name and
+    # side), so that the left and right hands' checks are one program
+    plain = dataclasses.replace(hand, source="", model=hand.model.replace(name="", side=""))
+    ends = _end_points(plain)
     if any(isinstance(a, jax.core.Tracer) for a in ends):  # loaded inside a trace: evaluate it now all the same
         with jax.ensure_compile_time_eval():
-            ends = _end_points(hand)
+            ends = _end_points(plain)
     tips, pts = (np.asarray(a) for a in ends)
     palm = pts[1:].mean(0)
     for k, name in enumerate(TIP_LINKS):

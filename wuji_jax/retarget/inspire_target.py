@@ -37,13 +37,16 @@ class InspireTarget:
             raise ValueError("the retarget needs an Inspire URDF for at least one side")
 
     def model(self, side: str, dtype: Any = np.float32):
-        """None for the joint map; the retarget's :class:`~wuji_jax.inspire.InspireHand` of ``side``."""
+        """None for the joint map; the retarget's :class:`~wuji_jax.inspire.InspireHand` of ``side``, its
+        static fields free of the side (no source path, no model name or side), so that both sides' models
+        are one pytree structure and one program serves both."""
         if self.method == "joint_map":
             return None
         paths = dict(self.urdfs)
         if side not in paths:
             raise ValueError(f"no Inspire URDF for a {side} hand in this run (it has {', '.join(paths)})")
-        return inspire.load_inspire_hand(paths[side], side).astype(dtype)
+        robot = inspire.load_inspire_hand(paths[side], side).astype(dtype)
+        return dataclasses.replace(robot, source="", model=robot.model.replace(name="", side=""))
 
     def commands(self, hand, angles, model, previous=None, *, left: bool = False):
         """``(*batch, 6)`` opening fractions (1 = open), seed 003's motor order."""

@@ -36,13 +36,14 @@ class Target(Protocol):
 
     def model(self, side: str, dtype: Any = np.float32) -> Any:
         """The robot model of ``side`` as a pytree of arrays in ``dtype`` (an argument of the compiled
-        programs, not a constant), or None where :meth:`commands` needs none. Then the programs are
-        per side; without a model one program serves both."""
+        programs, not a constant), or None where :meth:`commands` needs none. Both sides' models share
+        one pytree structure (static data free of the side), so that one program can take either."""
 
     def commands(self, hand: Any, angles: Any, model: Any, previous: Any = None, *, left: bool = False) -> Any:
         """``(*batch, C)`` commands of ``angles (*batch, 20)`` (radians, the human ``hand``'s joint
         order); ``previous (*batch, C)``: the last commands (a warm start; NaN rows: none); ``left``:
-        a left hand (static). Pure JAX: jit, vmap and grad."""
+        a left hand (a bool, or a traced one: live streams compile one program for both sides, the
+        side's hand, model and ``left`` its arguments). Pure JAX: jit, vmap and grad."""
 
     def describe(self) -> dict[str, Any]:
         """The run summary's fields: ``command_map`` (the method) and where the model came from."""

@@ -130,8 +130,9 @@ def human_targets(kp: jax.Array, left: bool = False):
     """
     wrist = kp[:, 0]
     R = palm_frame(wrist, kp[:, np.asarray(HUMAN_KNUCKLES)])
-    if left:  # a mirrored hand: its palmar axis comes out of the cross product reversed
-        R = R * jnp.asarray([1, -1, 1], R.dtype).reshape((3, 1) + (1,) * (R.ndim - 2))
+    # a mirrored hand (``left``, a bool or a traced one): its palmar axis comes out of the cross product reversed
+    flip = jnp.where(jnp.asarray(left), -1.0, 1.0).astype(R.dtype)
+    R = R * jnp.stack([jnp.ones_like(flip), flip, jnp.ones_like(flip)]).reshape((3, 1) + (1,) * (R.ndim - 2))
     tips = kp[:, np.asarray(HUMAN_TIPS)] - wrist[:, None]
     tips = geo.matvec(R[:, :, None], tips)  # (3, 5, *rest) in the palm frame
     between = tips[:, 1:] - tips[:, :1]
