@@ -37,10 +37,10 @@ or nothing (``"skip"``), or the hand is opened at the rate limit (``"open"``). A
 flags (``valid`` False, or a :data:`wuji_jax.solver.FLAG_NAMES` flag not in ``accept_flags``) sends
 nothing and is *held back* (the rule of ``wuji-jax inspire --accept-flags``).
 
-Everything that compiles (the FrameSolver kernel of each possible side, the command map's first calls)
-is compiled before the first frame is taken, or read from the compilation cache
-(:func:`wuji_jax.enable_compilation_cache`; ``wuji-jax warmup`` fills it), so the first frames run
-at full speed.
+Everything that compiles (one program a frame, the fit and the command map together, which serves
+both sides: the side's hand, robot model and side are its arguments) is compiled before the first
+frame is taken, or read from the compilation cache (:func:`wuji_jax.enable_compilation_cache`;
+``wuji-jax warmup`` fills it), so the first frames run at full speed.
 
 Stamps: ``stamp = start_time + t`` seconds, with ``t`` the frame's time in the stream (a file's own
 times; a camera's time of capture) and ``start_time`` the wall-clock time (Unix seconds) when the
