@@ -464,42 +464,43 @@ class LocalExecutor:
                 frames = 0
                 try:
                     checked = not spec.check_units
-                    for local, world, t in Prefetch(read_file(src, name, chunk_size, spec.fps, spec.max_frames)):
-                        stop.check()
-                        if file_side is None:
-                            file_side = side_of_file(spec.side, world, name, file_notes)
-                            pos = align(pos, cur_side, file_side, chunk_size)
-                            if cur is not None and cur.start != pos // chunk_size * chunk_size:
-                                flush(cur)  # a side change moved us to the next chunk
-                                cur = None
-                            start, cur_side = pos, file_side
-                        if not checked and np.isfinite(world).all(axis=(1, 2)).any():
-                            from ..hand.landmarks import unit_problem
+                    with Prefetch(read_file(src, name, chunk_size, spec.fps, spec.max_frames)) as chunks:
+                        for local, world, t in chunks:
+                            stop.check()
+                            if file_side is None:
+                                file_side = side_of_file(spec.side, world, name, file_notes)
+                                pos = align(pos, cur_side, file_side, chunk_size)
+                                if cur is not None and cur.start != pos // chunk_size * chunk_size:
+                                    flush(cur)  # a side change moved us to the next chunk
+                                    cur = None
+                                start, cur_side = pos, file_side
+                            if not checked and np.isfinite(world).all(axis=(1, 2)).any():
+                                from ..hand.landmarks import unit_problem
 
-                            problem = unit_problem(world)
-                            if problem:
-                                raise FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check "
-                                                "at the command line, check_units=False in Python)")
-                            checked = True
-                        i = 0
-                        m = world.shape[0]
-                        while i < m:
-                            k0 = pos // chunk_size * chunk_size
-                            take = min(k0 + chunk_size - pos, m - i)
-                            if k0 in done:
-                                resumed(take)
-                            else:
-                                if cur is None or cur.start != k0:
+                                problem = unit_problem(world)
+                                if problem:
+                                    raise FileError(f"{name}: {problem} (if they are metres after all: --no-unit-check "
+                                                    "at the command line, check_units=False in Python)")
+                                checked = True
+                            i = 0
+                            m = world.shape[0]
+                            while i < m:
+                                k0 = pos // chunk_size * chunk_size
+                                take = min(k0 + chunk_size - pos, m - i)
+                                if k0 in done:
+                                    resumed(take)
+                                else:
+                                    if cur is None or cur.start != k0:
+                                        flush(cur)
+                                        cur = _Chunk(k0, file_side)
+                                    cur.add(fi, local + i, world[i:i + take], t[i:i + take])
+                                pos += take
+                                i += take
+                                frames += take
+                                if pos % chunk_size == 0 and cur is not None and cur.start == k0:
                                     flush(cur)
-                                    cur = _Chunk(k0, file_side)
-                                cur.add(fi, local + i, world[i:i + take], t[i:i + take])
-                            pos += take
-                            i += take
-                            frames += take
-                            if pos % chunk_size == 0 and cur is not None and cur.start == k0:
-                                flush(cur)
-                                cur = None
-                        bar.update(stats["done"], job.solved)
+                                    cur = None
+                            bar.update(stats["done"], job.solved)
                 except FileError as err:
                     msg = str(err)
                     if spec.on_error == "raise":

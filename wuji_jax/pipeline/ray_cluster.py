@@ -294,20 +294,20 @@ class _BlockSolver:
                     if side is not None and checked:
                         break
                 head.close()
-            for local, world, t in Prefetch(
-                    read_file(path, path, s.chunk_size, s.fps, s.max_frames, skip)):
-                decide(world)
-                m = world.shape[0]
-                if local + m <= start:  # before this block: read for the side and unit check only
-                    continue
-                if stop is not None and local >= stop:
-                    break
-                outs = self.kernel.dispatch(side, world, s.commands is not None)  # asynchronous
-                collect()  # the previous chunk, while this one is solved
-                pending.append((outs, m))
-                frame_parts.append(local + np.arange(m, dtype=np.int64))
-                time_parts.append(np.asarray(t, np.float64))
-                meta["frames"] += m
+            with Prefetch(read_file(path, path, s.chunk_size, s.fps, s.max_frames, skip)) as chunks:
+                for local, world, t in chunks:
+                    decide(world)
+                    m = world.shape[0]
+                    if local + m <= start:  # before this block: read for the side and unit check only
+                        continue
+                    if stop is not None and local >= stop:
+                        break
+                    outs = self.kernel.dispatch(side, world, s.commands is not None)  # asynchronous
+                    collect()  # the previous chunk, while this one is solved
+                    pending.append((outs, m))
+                    frame_parts.append(local + np.arange(m, dtype=np.int64))
+                    time_parts.append(np.asarray(t, np.float64))
+                    meta["frames"] += m
             collect()
         except FileError as e:
             msg = str(e)

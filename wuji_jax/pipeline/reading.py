@@ -131,7 +131,8 @@ def side_of_file(side: str, world: np.ndarray, path: str, notes: list) -> str:
 class Prefetch:
     """Iterate ``items`` (a generator) in a background thread, at most ``ahead`` items in advance:
     the next chunk is read while the current one is solved. An exception of the generator is raised
-    where its item would have come; leaving the loop early stops the thread."""
+    where its item would have come. Use it as ``with Prefetch(items) as chunks: for ... in chunks``:
+    leaving the block, the loop finished or not, stops the thread and joins it."""
 
     def __init__(self, items: Iterator, ahead: int = 2):
         self._q: queue.Queue = queue.Queue(ahead)
@@ -162,17 +163,24 @@ class Prefetch:
                 close()
 
     def __iter__(self):
-        try:
-            while True:
-                kind, value = self._q.get()
-                if kind == "end":
-                    return
-                if kind == "error":
-                    raise value
-                yield value
-        finally:
-            self._stop.set()
-            self._thread.join()  # it sees the stop within its 0.1 s put timeout: nothing reads on
+        while True:
+            kind, value = self._q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+    def close(self) -> None:
+        """Stop the reading thread and join it (it sees the stop within its 0.1 s put timeout)."""
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> "Prefetch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class FileError(Exception):
