@@ -753,6 +753,17 @@ def test_command_map_in_summary_and_identity(tmp_path, world, monkeypatch):
     q = np.stack([np.asarray(got[j], np.float32) for j in wj.load_hand("right").joint_names], 1)
     cols = np.stack([np.asarray(got[f"inspire_{m}"]) for m in wi.MOTOR_NAMES], 1)
     np.testing.assert_allclose(cols, np.asarray(wi.retarget(q, urdf)), atol=1e-2)  # float32 LM, another program
+    # a left hand (the frames mirrored) by the same program, the left URDF and the side its arguments
+    left_urdf = wi.find_inspire_urdf(side="left")
+    src_l = _npy(tmp_path / "tiny_left.npy", world[:20] * np.array([-1.0, 1.0, 1.0]))
+    s = batch.solve_dataset(src_l, tmp_path / "l.npz", side="left", command_map="auto", **FAST)
+    assert s["inspire_urdf"] == {"left": str(left_urdf.resolve())}
+    got = wj.io.read_results(tmp_path / "l.npz")
+    hand_l = wj.load_hand("left")
+    q = np.stack([np.asarray(got[j], np.float32) for j in hand_l.joint_names], 1)
+    cols_l = np.stack([np.asarray(got[f"inspire_{m}"]) for m in wi.MOTOR_NAMES], 1)
+    np.testing.assert_allclose(cols_l, np.asarray(wi.retarget(q, left_urdf, hand=hand_l)), atol=1e-2)
+    assert np.abs(cols_l - np.asarray(wi.retarget(q, urdf))).max() > 0.02  # not the right hand's commands
 
     from wuji_jax.retarget.target import choose_target
 

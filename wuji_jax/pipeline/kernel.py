@@ -44,31 +44,30 @@ def default_batch(chunk_size: int, platform: str, devices: int, frames: int | No
 _USED: set = set()  # kernels run in this process (see Kernel.first_use)
 
 
-def _with_commands(target, left: bool, has_model: bool, stage: bool = False):
+def _with_commands(target, has_model: bool, stage: bool = False):
     """The solver and ``target``'s commands of its angles (output ``"commands"``), in one function:
     :func:`wuji_jax.ik.solve_chunked`, or with ``stage`` :func:`wuji_jax.ik.api.fit_chunked` (the second
-    stage of :func:`wuji_jax.ik.api.staged_program`). With ``has_model`` the target's model is the last
-    positional argument (an argument, not a constant of the program); ``left`` is static. The function
-    is named for the target and method (and side, with a model): the name names its program in the
-    cache."""
+    stage of :func:`wuji_jax.ik.api.staged_program`). With ``has_model`` the target's model and whether
+    the hand is a left one are the last two positional arguments (arguments, not constants: one program
+    serves both sides). The function is named for the target and method: the name names its program in
+    the cache."""
     from ..ik import solve_chunked
     from ..ik.api import fit_chunked
 
     solver = fit_chunked if stage else solve_chunked
 
     def run(hand, *args, chunk: int | None = None):
-        model = args[-1] if has_model else None
-        out = solver(hand, *(args[:-1] if has_model else args), chunk=chunk)
+        model, left = args[-2:] if has_model else (None, False)
+        out = solver(hand, *(args[:-2] if has_model else args), chunk=chunk)
         return {**out, "commands": target.commands(hand, out["angles"], model, left=left)}
 
-    side = ("_left" if left else "_right") if has_model else ""
-    run.__name__ = run.__qualname__ = f"{'fit' if stage else 'solve'}_{target.name}_{target.method}{side}"
+    run.__name__ = run.__qualname__ = f"{'fit' if stage else 'solve'}_{target.name}_{target.method}"
     return run
 
 
 def _split_with_model(mesh, kernel):
-    """``kernel(hand, landmarks, weights, q0, config, model, chunk=)`` with every device solving its own
-    rows, as :func:`wuji_jax.solver.split_kernel`, the robot's model replicated like the hand."""
+    """``kernel(hand, landmarks, weights, q0, config, model, left, chunk=)`` with every device solving its
+    own rows, as :func:`wuji_jax.solver.split_kernel`, the robot's model and side replicated like the hand."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -82,7 +81,7 @@ def _split_with_model(mesh, kernel):
         with summing(platform):
             return kernel(*args, chunk=chunk_frames(platform))
 
-    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P()), out_specs=rows,
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P(), P()), out_specs=rows,
                                  check_vma=False))
 
 
@@ -176,7 +175,9 @@ class Kernel:
 
     def _args(self, side: str, hand, xs, q0, commands: bool) -> tuple:
         args = (hand, xs, self.ones, q0, self.cfg)
-        return args + (self.model(side),) if self._has_model(commands, side) else args
+        if not self._has_model(commands, side):
+            return args
+        return args + (self.model(side), self.put(np.bool_(side == "left"), self.same))
 
     def kernel(self, commands: bool, side: str = "right"):
         """The solver as :func:`wuji_jax.solve` runs it: on one device :func:`~wuji_jax.solver.solve_chunked`
@@ -184,14 +185,14 @@ class Kernel:
         per device (``shard_map``: every device solves its own rows, no communication). A frame's
         result does not depend on the frames solved beside it. (``jit`` of the plain rows over sharded
         inputs runs one loop over all devices' rows, waiting for the slowest frame of the batch.) With ``commands`` the
-        target's commands are computed in the same program (:func:`_with_commands`; the model of ``side``,
-        where the target has one, the sixth argument)."""
+        target's commands are computed in the same program (:func:`_with_commands`; the model of ``side``
+        and the side, where the target has a model, the sixth and seventh arguments)."""
         from ..ik import solve_chunked, split_kernel
 
         if self._has_model(commands, side):
-            fn = _with_commands(self.target, side == "left", True)
+            fn = _with_commands(self.target, True)
             return fn if self.rows is None else _split_with_model(self.rows.mesh, fn)
-        fn = _with_commands(self.target, False, False) if commands else solve_chunked
+        fn = _with_commands(self.target, False) if commands else solve_chunked
         if self.rows is None:
             return fn
         return split_kernel(self.rows.mesh, kernel=fn)
@@ -201,7 +202,7 @@ class Kernel:
         side by side (:func:`wuji_jax.solver.api.staged_program`)."""
         from ..ik.api import fit_chunked, split_kernel, staged_program, start_cold
 
-        first, second = start_cold, (_with_commands(self.target, False, False, stage=True) if commands else fit_chunked)
+        first, second = start_cold, (_with_commands(self.target, False, stage=True) if commands else fit_chunked)
         if self.rows is not None:  # every device its own rows, as kernel()
             mesh = self.rows.mesh
             first, second = split_kernel(mesh, kernel=first), split_kernel(mesh, kernel=second, extra=1)
@@ -210,9 +211,10 @@ class Kernel:
     def program(self, commands: bool, args: tuple, lowered_hook=None, side: str = "right"):
         """The compiled solver for arguments shaped like ``args`` (the batch's shapes never change: made
         once per process and configuration), compiled or read from the persistent compilation cache.
-        ``lowered_hook`` is called once its Python part (tracing, lowering) is done. ``side`` matters only
-        to a target with a model (its model is per side)."""
-        key = (commands, side if self._has_model(commands, side) else None) + self._shape_key()
+        ``lowered_hook`` is called once its Python part (tracing, lowering) is done. ``side`` says
+        whether the target has a model (then the model and the side are arguments: one program for both
+        sides)."""
+        key = (commands,) + self._shape_key()
         program = _PROGRAMS.get(key)
         if program is None:
             with _MAKING_LOCK:
@@ -231,13 +233,13 @@ class Kernel:
         model makes one program (with the quick options on a small job), not the solver's two stages:
         their arguments have no place for the model."""
         if self._has_model(commands, side):
-            name = _with_commands(self.target, side == "left", True).__name__
+            name = _with_commands(self.target, True).__name__
             lowered = cached_program(self.kernel(commands, side), name, *args,
                                      compiler_options=self.options).lower(*args)
             if lowered_hook is not None:
                 lowered_hook()
             return lowered.compile()
-        name = _with_commands(self.target, False, False).__name__ if commands else "solve_chunked"
+        name = _with_commands(self.target, False).__name__ if commands else "solve_chunked"
         if self.options:  # a quick job: its two stages, each lowered and compiled in threads of their own
             if lowered_hook is not None:
                 lowered_hook()
@@ -252,8 +254,8 @@ class Kernel:
         reading from the compilation cache, overlaps the inputs' hashing and first reads; :meth:`dispatch`
         waits for it. ``lowered_hook`` is called in that thread once the program is lowered: the
         writers' imports start then, so that their Python does not hold up the lowering's. The solver's
-        program is the same for both hands (their models differ in array values only); a target's with a
-        model is ``side``'s (the first side the job solves)."""
+        program is the same for both hands (their models differ in array values only); ``side`` (the first
+        side the job solves) is the one whose target model the program is made with."""
         if self._loading is not None:
             return
         _, hand, q0 = self.hand(side)

@@ -344,6 +344,9 @@ class CommandMap:
     def __init__(self, side: str, target, *, speed_ratio=1.0, smoothing: str | None = None, tau: float = 0.05,
                  min_cutoff: float = 1.0, beta: float = 0.5, names: Sequence[str] | None = None,
                  frame_id: str = "", d_cutoff: float = 1.0):
+        import jax
+        from jax.flatten_util import ravel_pytree
+
         from ..hand.model import load_hand
 
         target.check_stream(speed_ratio, smoothing, tau, min_cutoff, beta, d_cutoff, names)
@@ -352,7 +355,13 @@ class CommandMap:
         self.hand = load_hand(side)
         self.model = target.model(side)
         self.channels = len(target.channels)
-        self._consts = None  # (hand, model, left) on the host CPU device: the programs' side arguments
+        # the programs' side argument: the side's human model (its name and side blanked: static data,
+        # the same for both sides), the target's model and the side as one flat array on the host CPU
+        # device (one argument a call: each argument of a call costs a few microseconds), and the
+        # function that gives (hand, model, left) back inside the program
+        flat, self._unravel = ravel_pytree((self.hand.replace(name="", side=""), self.model,
+                                            np.bool_(side == "left")))
+        self._side = jax.device_put(flat, jax.devices("cpu")[0])
         self._settings = (tuple(np.broadcast_to(np.asarray(target.max_rate(speed_ratio), np.float64),
                                                 (self.channels,))), smoothing,
                           float(tau), float(min_cutoff), float(beta), float(d_cutoff))
@@ -364,20 +373,6 @@ class CommandMap:
         self.command: np.ndarray | None = None
         self.raw: np.ndarray | None = None
 
-    def _side_arguments(self):
-        """``(flat, unravel)``: the side's human model (its name and side blanked: static data, the same
-        for both sides), the target's model and the side as one flat array on the host CPU device (one
-        argument a call: each argument of a call costs a few microseconds), and the function that gives
-        ``(hand, model, left)`` back inside the program."""
-        if self._consts is None:
-            import jax
-            from jax.flatten_util import ravel_pytree
-
-            flat, unravel = ravel_pytree((self.hand.replace(name="", side=""), self.model,
-                                          np.bool_(self.side == "left")))
-            self._consts = (jax.device_put(flat, jax.devices("cpu")[0]), unravel)
-        return self._consts
-
     def _step(self):
         import jax.numpy as jnp
 
@@ -386,7 +381,7 @@ class CommandMap:
         rate, smoothing, tau, min_cutoff, beta, d_cutoff = self._settings
         rate = np.asarray(rate, np.float32)
         rest = np.asarray(self.target.rest(), np.float32)
-        target, unravel = self.target, self._side_arguments()[1]
+        target, unravel = self.target, self._unravel
 
         def step(side, q, raw, y, dy, out, dt, first, to_open):  # side, (20,), (C,) x4, (), (), () -> (4C,)
             hand, model, left = unravel(side)
@@ -412,8 +407,7 @@ class CommandMap:
 
         on = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # one frame: the host CPU, as FrameSolver
         c = (self.channels,)
-        flat = self._side_arguments()[0]
-        side = jax.ShapeDtypeStruct(flat.shape, flat.dtype, sharding=on)
+        side = jax.ShapeDtypeStruct(self._side.shape, self._side.dtype, sharding=on)
         return [side] + [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in
                          [((20,), np.float32)] + [(c, np.float32)] * 4 + [((), np.float32), ((), bool), ((), bool)]]
 
@@ -481,7 +475,7 @@ class CommandMap:
 
     def _push(self, q: np.ndarray, stamp: float, to_open: bool) -> dict[str, Any]:
         self.compile()
-        flat = np.asarray(self._program(self._consts[0], np.asarray(q, np.float32), *self._inputs(stamp, to_open)))
+        flat = np.asarray(self._program(self._side, np.asarray(q, np.float32), *self._inputs(stamp, to_open)))
         return self._send(flat, stamp)
 
     def push(self, result, stamp: float) -> dict[str, Any]:
@@ -496,7 +490,7 @@ class CommandMap:
         solver's ``ValueError`` for an input it refuses."""
         self.compile(solver)
         inputs = self._inputs(stamp, False)
-        flat = np.asarray(self._fused[1](landmarks, q0, self._consts[0], *inputs))
+        flat = np.asarray(self._fused[1](landmarks, q0, self._side, *inputs))
         n = flat.shape[0] - 4 * self.channels
         res = solver.result(flat[:n], landmarks, None, q0, check_units)
         return res, lambda: self._send(flat[n:], stamp)

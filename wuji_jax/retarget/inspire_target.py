@@ -50,12 +50,12 @@ class InspireTarget:
 
     def commands(self, hand, angles, model, previous=None, *, left: bool = False):
         """``(*batch, 6)`` opening fractions (1 = open), seed 003's motor order."""
-        prior = inspire.to_inspire_kernel(hand, angles, None)
         if self.method == "joint_map":
-            return prior
+            return inspire.to_inspire_kernel(hand, angles, None)
         import jax.numpy as jnp
 
-        q0 = None if previous is None else jnp.where(jnp.isnan(previous), prior, previous)
+        q0 = None if previous is None else \
+            jnp.where(jnp.isnan(previous), inspire.to_inspire_kernel(hand, angles, None), previous)
         return inspire.retarget_kernel(hand, model, angles, q0, None, inspire.RetargetConfig(), left=left)
 
     def describe(self) -> dict[str, Any]:
@@ -80,9 +80,6 @@ class InspireTarget:
 
     def message(self, command, side: str, stamp, frame_id: str = "", names: Sequence[str] | None = None) -> dict:
         return inspire.ctrl_message(command, side, stamp, frame_id, names=names)
-
-    def topic(self, side: str) -> str:
-        return inspire.ctrl_topic(side)
 
     def device_units(self, command) -> np.ndarray:
         return inspire.rh56_host(command)

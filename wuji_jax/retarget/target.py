@@ -70,10 +70,8 @@ class LiveTarget(Target, Protocol):
 
     def message(self, command: np.ndarray, side: str, stamp: float, frame_id: str = "",
                 names: Sequence[str] | None = None) -> dict[str, Any]:
-        """The command's message envelope ``{"topic", "type", "msg"}`` (plain, JSON-serialisable)."""
-
-    def topic(self, side: str) -> str:
-        """The topic :meth:`message` publishes on."""
+        """The command's message envelope ``{"topic", "type", "msg"}`` (plain, JSON-serialisable): the topic
+        it goes on, the message type, the message."""
 
     def device_units(self, command: np.ndarray) -> np.ndarray:
         """``(C,)`` int: the command in the hand's own register units."""
