@@ -101,8 +101,7 @@ def summing(platform: str | None):
     also outside any context; :data:`REDUCE`: reductions whatever the device). Only the generated
     code differs, not the values. The solver's entry points that know their device set it
     (``solve_batch(platform=)``, ``split_kernel``, ``FrameSolver``); the solver's derivative uses
-    :data:`REDUCE` for batches of up to ``lm.REDUCE_DERIVATIVE_FRAMES`` frames
-    (:mod:`wuji_jax.solver.lm`)."""
+    :data:`REDUCE` (:mod:`wuji_jax.ik.adjoint`: a smaller program for its few steps)."""
     token = _PLATFORM.set(platform)
     try:
         yield
