@@ -35,19 +35,17 @@ def frames():
 
 
 def test_derivative_is_the_fits_on_noisy_real_frames(right, frames):
-    """jvp along random landmark directions (under vmap, a frame at a time) against central
-    differences (h = 1 µm) of the fit LM converged to 1e-15 (float64); the batch's vjp against the
-    jvp (⟨c, J·d⟩ = ⟨Jᵀc, d⟩); the forward values under
-    differentiation are the converged fit's; joints held at a limit are among the frames."""
+    """jvp along random landmark directions (the solve under vmap, a frame at a time) against central
+    differences (h = 1 µm) of the fit LM converged to 1e-15 (float64); the vjp (the jvp's transpose)
+    against the jvp (⟨c, J·d⟩ = ⟨Jᵀc, d⟩); the forward values under differentiation are the
+    converged fit's, none flagged without a derivative; joints held at a limit are among the frames."""
     rng = np.random.default_rng(1)
     d, c = rng.normal(size=frames.shape), rng.normal(size=frames.shape[:1] + (20,))
 
-    def both(y, d, c):
-        f = lambda y: wj.solve(right, y, check_units=False).angles  # noqa: E731
-        q, jd = jax.vmap(lambda y1, d1: jax.jvp(f, (y1,), (d1,)))(y, d)  # frame by frame, under vmap
-        _, vjp = jax.vjp(f, y)  # the batch at once
-        flags = wj.solve(right, y, check_units=False).flags
-        return q, jd, vjp(c)[0], flags
+    def both(y, d, c):  # one linearisation: jvp and vjp of the same derivative (one program, not three)
+        solve = jax.vmap(lambda y1: wj.solve(right, y1, check_units=False))  # frame by frame, under vmap
+        q, jvp, flags = jax.linearize(lambda y: (lambda r: (r.angles, r.flags))(solve(y)), y, has_aux=True)
+        return q, jvp(d), jax.linear_transpose(jvp, y)(c)[0], flags
 
     q, jd, jc, flags = (np.asarray(a) for a in jax.jit(both)(frames, d, c))
     ref = wj.solve(right, frames, config=TIGHT, check_units=False)
