@@ -277,10 +277,13 @@ def _neutral_numpy(hand: HandModel) -> np.ndarray:
     return _per_model(hand)[2]
 
 
-def _solve_any(hand, lm, weights, q0, config, warm: bool = False, platform: str | None = None) -> IKResult:
-    """:func:`solve_batch`'s function, traced inline where the inputs are already traced
-    (:func:`solve_checked`): under a derivative, an inner ``jax.jit`` would trace the fit's primal
-    first and then linearise that jaxpr again (0.6-0.7 s of a first ``jax.grad``)."""
+@functools.partial(jax.jit, static_argnames=("warm", "platform"))
+def solve_batch(hand, lm, weights, q0, config, warm: bool = False, platform: str | None = None) -> IKResult:
+    """:func:`solve_chunked` for any batch shape; defaults made inside the compiled call (a fresh
+    host array costs a transfer per call). ``warm`` (static) selects one of two programs: without it
+    the warm-start comparison is not compiled. ``platform`` (static): the platform the program is
+    compiled for, where not JAX's default backend (its sums are written for it,
+    :func:`wuji_jax.geometry.summing`)."""
     weights, q0 = default_inputs(hand, lm, weights, q0, jnp)
     batch = lm.shape[:-2]
     flat = math.prod(batch)
@@ -288,14 +291,6 @@ def _solve_any(hand, lm, weights, q0, config, warm: bool = False, platform: str 
         out = solve_chunked(hand, lm.reshape(flat, 21, 3), weights.reshape(flat, 21),
                             q0.reshape(flat, hand.num_joints), config, warm)
     return IKResult(**{k: v.reshape(batch + v.shape[1:]) for k, v in out.items()})
-
-
-solve_batch = jax.jit(_solve_any, static_argnames=("warm", "platform"))
-solve_batch.__doc__ = """:func:`solve_chunked` for any batch shape, jit-compiled; defaults made inside the compiled
-call (a fresh host array costs a transfer per call). ``warm`` (static) selects one of two programs:
-without it the warm-start comparison is not compiled. ``platform`` (static): the platform the
-program is compiled for, where not JAX's default backend (its sums are written for it,
-:func:`wuji_jax.geometry.summing`)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -508,7 +503,7 @@ def solve_checked(hand, lm, weights, q0a, config: SolverConfig, warm: bool = Fal
     if traced:
         lm, weights, q0a = (None if a is None else jnp.asarray(a, dtype) for a in (lm, weights, q0a))
         cfg = config if is_traced(*jax.tree_util.tree_leaves(config)) else config_arrays(config, dtype)
-        return _solve_any(hand, lm, weights, q0a, cfg, bool(warm))
+        return solve_batch(hand, lm, weights, q0a, cfg, bool(warm))
     lm, weights, q0a = (None if a is None else np.asarray(a, dtype) for a in (lm, weights, q0a))
     return _solve_eager(_kernel_hand(hand), lm, weights, q0a, config_arrays(config, dtype), bool(warm))
 
