@@ -391,7 +391,10 @@ def tangent(theta, dtheta, st: Structure, r: Refined):
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _minimise(st: Structure, theta, x0: Variables, active):
     x, iterations, converged = loop(st, theta, x0, active)
-    return x, iterations, converged, jnp.ones_like(converged)
+    # every frame's derivative is exact where none is taken; the flag is computed from ``converged``
+    # so that under vmap it is batched as the rule's is (a constant would not be, and JAX then failed
+    # to batch jvp(vmap(solve)) inside the jitted solver)
+    return x, iterations, converged, converged | ~converged
 
 
 @_minimise.defjvp
