@@ -222,6 +222,7 @@ def solve_rows(hand: HandModel, landmarks, weights, q0, config: SolverConfig, wa
 
     Two stages, :func:`start_rows` then :func:`fit_rows`: one program here; :func:`solve` on concrete
     inputs may compile them as two programs side by side (:func:`staged_program`)."""
+    # the fit's derivative does not depend on where it started (ik.adjoint): no tangents through the start
     start = start_rows(*jax.lax.stop_gradient((hand, landmarks, weights, q0, config)), warm)
     return fit_rows(hand, landmarks, weights, q0, config, start)
 
