@@ -5,6 +5,7 @@ Used by :func:`wuji_jax.batch.solve_dataset` and by :mod:`wuji_jax.ray_cluster`'
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -44,13 +45,15 @@ def default_batch(chunk_size: int, platform: str, devices: int, frames: int | No
 _USED: set = set()  # kernels run in this process (see Kernel.first_use)
 
 
+@functools.lru_cache(maxsize=None)
 def _with_commands(target, has_model: bool, stage: bool = False):
     """The solver and ``target``'s commands of its angles (output ``"commands"``), in one function:
     :func:`wuji_jax.ik.solve_chunked`, or with ``stage`` :func:`wuji_jax.ik.api.fit_chunked` (the second
     stage of :func:`wuji_jax.ik.api.staged_program`). With ``has_model`` the target's model and whether
     the hand is a left one are the last two positional arguments (arguments, not constants: one program
     serves both sides). The function is named for the target and method: the name names its program in
-    the cache."""
+    the cache. One function per arguments (``target`` is hashable), so that the caches keyed by function
+    (:func:`~wuji_jax.ik.api.split_kernel`, the solver's stages) find it again."""
     from ..ik import solve_chunked
     from ..ik.api import fit_chunked
 

@@ -517,9 +517,7 @@ def command_map(side: str, method: str = "auto", robot: str = "inspire", **strea
     """
     from ..retarget.target import choose_target
 
-    if method not in ("auto", "joint_map", "retarget"):
-        raise ValueError(f"method must be 'auto', 'joint_map' or 'retarget'; got {method!r}")
-    try:
+    try:  # the target checks the method (a ValueError naming its own)
         target, note = choose_target(robot, method, None, (side,))
     except FileNotFoundError as e:  # the model the retarget needs
         raise ValueError(f"the task-space retarget is not available: {e}") from None
@@ -892,7 +890,7 @@ class Live:
         return self._command(frame, stamp, message, self.on_lost, None, None, None)
 
     def _command(self, frame, stamp, message, kind, res, world, image_lm) -> LiveCommand:
-        command = np.asarray(message["msg"]["position"], np.float64)
+        command = self._map.command
         raw = None if res is None else np.asarray(self._map.raw, np.float64)
         cmd = LiveCommand(frame.index, frame.t, stamp, self.side, command, self._map.target.device_units(command), message,
                           kind, raw, res, world, image_lm, frame)

@@ -124,6 +124,11 @@ class InspireHand:
     def astype(self, dtype) -> "InspireHand":
         return dataclasses.replace(self, model=self.model.astype(dtype))
 
+    def plain(self) -> "InspireHand":
+        """The same hand without the static data that differs between URDFs of one layout (the source
+        path, the model's name and side): the left and right hands' programs are then one."""
+        return dataclasses.replace(self, source="", model=self.model.replace(name="", side=""))
+
 
 jax.tree_util.register_dataclass(InspireHand)
 
@@ -175,9 +180,7 @@ def _check_open_end(hand: InspireHand) -> None:
     lo, hi = np.asarray(hand.model.lower)[motors], np.asarray(hand.model.upper)[motors]
     if not np.all(hi > lo):
         raise ValueError(f"{Path(hand.source).name}: a motor joint has upper <= lower")
-    # without the static data that differs between URDFs of one layout (the path, the model's name and
-    # side), so that the left and right hands' checks are one program
-    plain = dataclasses.replace(hand, source="", model=hand.model.replace(name="", side=""))
+    plain = hand.plain()  # the left and right hands' checks: one program
     ends = _end_points(plain)
     if any(isinstance(a, jax.core.Tracer) for a in ends):  # loaded inside a trace: evaluate it now all the same
         with jax.ensure_compile_time_eval():

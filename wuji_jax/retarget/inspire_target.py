@@ -45,8 +45,7 @@ class InspireTarget:
         paths = dict(self.urdfs)
         if side not in paths:
             raise ValueError(f"no Inspire URDF for a {side} hand in this run (it has {', '.join(paths)})")
-        robot = inspire.load_inspire_hand(paths[side], side).astype(dtype)
-        return dataclasses.replace(robot, source="", model=robot.model.replace(name="", side=""))
+        return inspire.load_inspire_hand(paths[side], side).astype(dtype).plain()
 
     def commands(self, hand, angles, model, previous=None, *, left: bool = False):
         """``(*batch, 6)`` opening fractions (1 = open), seed 003's motor order."""

@@ -317,7 +317,9 @@ def compile_side_by_side(*calls) -> list:
     try:
         for i, (program, args) in enumerate(calls):
             program = program if hasattr(program, "lower") else program()
-            thread = threading.Thread(target=run, args=(i, program.lower(*args)), name="wuji_jax-compile", daemon=True)
+            # joined below; not a daemon (one stopped inside XLA by the interpreter's teardown, after a
+            # Ctrl-C cut the join short, aborted the process: see wuji_jax.pipeline.kernel.Kernel.preload)
+            thread = threading.Thread(target=run, args=(i, program.lower(*args)), name="wuji_jax-compile")
             thread.start()
             threads.append(thread)
     finally:
